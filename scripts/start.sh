@@ -7,28 +7,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PYTHON="${PYTHON:-python3.11}"
-command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
-export PERFWEB_DATA_DIR="${PERFWEB_DATA_DIR:-$PWD/.data}"
+source scripts/install.sh
 export PERFWEB_PORT="${PERFWEB_PORT:-8000}"
 export DEBUG="${DEBUG:-true}"
 export PYTHONUNBUFFERED=1
-mkdir -p "$PERFWEB_DATA_DIR"
-
-if [ ! -x .venv/bin/python ]; then
-    echo "perfweb: creating the virtual environment in .venv"
-    "$PYTHON" -m venv .venv
-fi
-# Reinstall only when the dependency list changed since the last start.
-stamp="$PERFWEB_DATA_DIR/.installed-$(sha256sum pyproject.toml | cut -c1-16)"
-if [ ! -f "$stamp" ]; then
-    echo "perfweb: installing (torch 2.13.0 CPU for the demo, then the project)"
-    .venv/bin/python -m pip install -q --upgrade pip
-    .venv/bin/python -m pip install -q torch==2.13.0
-    .venv/bin/python -m pip install -q -e '.[all]'
-    rm -f "$PERFWEB_DATA_DIR"/.installed-*
-    touch "$stamp"
-fi
 
 .venv/bin/python manage.py migrate --no-input -v 0
 token_line=$(.venv/bin/python manage.py bootstrap --user demo --password demo --project demo \

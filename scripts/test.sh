@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The test suite: installs what is missing into .venv, then runs pytest (extra arguments are
+# passed through, e.g. `scripts/test.sh tests/server -x`).
+# Tests of PostgreSQL, Redis and the Celery worker use the local servers (127.0.0.1:5432 and
+# :6379); browser tests use Debian's /usr/bin/chromium. With CI=true a missing one fails.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/install.sh
+exec .venv/bin/python -m pytest "$@"
