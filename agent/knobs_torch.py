@@ -1,0 +1,300 @@
+"""Applying knobs inside the user's process, without editing the script.
+
+Environment-level knobs (threads, expandable_segments) are written to os.environ at once, so
+torch sees them when it is imported. Torch-level knobs wait for the script's own `import
+torch` (a post-import hook); the agent never imports torch itself. Every patch is guarded:
+a knob that cannot apply is reported as skipped and the script runs unchanged.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.abc
+import importlib.util
+import inspect
+import os
+import sys
+import threading
+import types
+from collections.abc import Callable
+from typing import Any
+
+from agent.knobs import KnobValue
+
+_status: dict[str, str] = {}
+_lock = threading.Lock()
+
+
+def status() -> dict[str, str]:
+    """Knob name -> "pending" | "applied" | "skipped: why" | "error: why", for the facts."""
+    with _lock:
+        return dict(_status)
+
+
+def _set(name: str, state: str) -> None:
+    with _lock:
+        _status[name] = state
+
+
+def install(settings: dict[str, KnobValue]) -> dict[str, str]:
+    """Apply `settings` now (environment) and when torch is imported (everything else)."""
+    for name in settings:
+        _set(name, "pending")
+    _apply_environment(settings)
+    torch_settings = {k: v for k, v in settings.items() if k != "expandable_segments"}
+    if torch_settings:
+        if "torch" in sys.modules:
+            _apply_torch(sys.modules["torch"], torch_settings)
+        else:
+            sys.meta_path.insert(0, _PostImport("torch", lambda t: _apply_torch(t, torch_settings)))
+    return status()
+
+
+def _apply_environment(settings: dict[str, KnobValue]) -> None:
+    if "threads" in settings:
+        for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+            os.environ[var] = str(settings["threads"])
+    if "expandable_segments" in settings:
+        flag = "True" if settings["expandable_segments"] else "False"
+        os.environ["PYTORCH_CUDA_ALLOC_CONF"] = _merge_alloc_conf(
+            os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""), "expandable_segments", flag
+        )
+        _set("expandable_segments", "applied")
+        if "torch" in sys.modules:
+            _set("expandable_segments", "skipped: torch was imported before the agent")
+
+
+def _merge_alloc_conf(current: str, key: str, value: str) -> str:
+    """`current` with `key:value` set, other allocator options kept."""
+    parts = [p for p in current.split(",") if p.strip() and p.split(":")[0].strip() != key]
+    return ",".join([*parts, f"{key}:{value}"])
+
+
+class _PostImport(importlib.abc.MetaPathFinder):
+    """Runs `callback(module)` right after `name` finishes importing, once."""
+
+    def __init__(self, name: str, callback: Callable[[types.ModuleType], None]) -> None:
+        self.name = name
+        self.callback = callback
+        self._busy = False
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname != self.name or self._busy:
+            return None
+        self._busy = True
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            self._busy = False
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return None
+        exec_module = spec.loader.exec_module
+        finder = self
+
+        def exec_and_hook(module: types.ModuleType) -> None:
+            exec_module(module)
+            if finder in sys.meta_path:
+                sys.meta_path.remove(finder)
+            try:
+                finder.callback(module)
+            except Exception as error:  # never raise into the user's import
+                _set("*", f"error: {type(error).__name__}: {error}")
+
+        spec.loader.exec_module = exec_and_hook  # type: ignore[method-assign]
+        return spec
+
+
+def _apply_torch(torch: Any, settings: dict[str, KnobValue]) -> None:
+    for name, applier in _TORCH_APPLIERS:
+        if name in settings:
+            try:
+                _set(name, applier(torch, settings))
+            except Exception as error:
+                _set(name, f"error: {type(error).__name__}: {error}")
+    dataloader_knobs = [name for name in _DATALOADER_KNOBS if name in settings]
+    if dataloader_knobs:  # one patch of DataLoader.__init__ covers all four
+        try:
+            state = _patch_dataloader(torch, settings)
+        except Exception as error:
+            state = f"error: {type(error).__name__}: {error}"
+        for name in dataloader_knobs:
+            _set(name, state)
+    if "amp" in settings or "compile" in settings:
+        try:
+            _wrap_outermost_module(torch, settings)
+        except Exception as error:
+            _set("amp" if "amp" in settings else "compile", f"error: {error}")
+
+
+# --- DataLoader: num_workers, pin_memory, persistent_workers, batch_size ----------------------
+
+_DATALOADER_KNOBS = ("num_workers", "pin_memory", "persistent_workers", "batch_size")
+
+
+def dataloader_overrides(arguments: dict[str, Any], settings: dict[str, KnobValue]) -> dict:
+    """The DataLoader keyword arguments to change, given the caller's bound `arguments`.
+
+    Keeps the combination valid: no prefetch_factor or persistent workers without workers,
+    and batch_size only where the DataLoader owns batching (no batch_sampler, not None).
+    """
+    changes: dict[str, Any] = {}
+    workers = arguments.get("num_workers", 0)
+    if "num_workers" in settings:
+        workers = changes["num_workers"] = settings["num_workers"]
+    if "pin_memory" in settings:
+        changes["pin_memory"] = settings["pin_memory"]
+    if "persistent_workers" in settings and workers:
+        changes["persistent_workers"] = settings["persistent_workers"]
+    if not workers:
+        if arguments.get("persistent_workers"):
+            changes["persistent_workers"] = False
+        if arguments.get("prefetch_factor") is not None:
+            changes["prefetch_factor"] = None
+    owns_batching = arguments.get("batch_sampler") is None and arguments.get("batch_size", 1)
+    if "batch_size" in settings and owns_batching:
+        changes["batch_size"] = settings["batch_size"]
+    return changes
+
+
+def _patch_dataloader(torch: Any, settings: dict[str, KnobValue]) -> str:
+    cls = torch.utils.data.DataLoader
+    original = cls.__init__
+    if getattr(original, "_perf_agent_original", None) is not None:
+        original = original._perf_agent_original
+    signature = inspect.signature(original)
+    wanted = {k: v for k, v in settings.items() if k in _DATALOADER_KNOBS}
+
+    @functools.wraps(original)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        try:
+            bound = signature.bind(self, *args, **kwargs)
+            bound.arguments.update(dataloader_overrides(dict(bound.arguments), wanted))
+            args, kwargs = bound.args[1:], bound.kwargs
+        except Exception:
+            pass  # unusual call shape: leave the user's arguments as they were
+        original(self, *args, **kwargs)
+
+    __init__._perf_agent_original = original  # type: ignore[attr-defined]
+    cls.__init__ = __init__
+    return "applied"
+
+
+# --- process-wide switches --------------------------------------------------------------------
+
+
+def _apply_threads(torch: Any, settings: dict[str, KnobValue]) -> str:
+    threads = int(settings["threads"])
+    original = torch.set_num_threads
+    original = getattr(original, "_perf_agent_original", original)
+    original(threads)
+
+    @functools.wraps(original)
+    def set_num_threads(_requested: int) -> None:  # the knob wins over the script's own call
+        original(threads)
+
+    set_num_threads._perf_agent_original = original  # type: ignore[attr-defined]
+    torch.set_num_threads = set_num_threads
+    return "applied"
+
+
+def _apply_cudnn_benchmark(torch: Any, settings: dict[str, KnobValue]) -> str:
+    torch.backends.cudnn.benchmark = bool(settings["cudnn_benchmark"])
+    return "applied"
+
+
+def _apply_tf32(torch: Any, settings: dict[str, KnobValue]) -> str:
+    enabled = bool(settings["tf32"])
+    torch.set_float32_matmul_precision("high" if enabled else "highest")
+    torch.backends.cuda.matmul.allow_tf32 = enabled
+    torch.backends.cudnn.allow_tf32 = enabled
+    return "applied"
+
+
+def _apply_empty_cache_off(torch: Any, settings: dict[str, KnobValue]) -> str:
+    def empty_cache() -> None:
+        """perf-agent knob empty_cache=off: the cache is kept."""
+
+    torch.cuda.empty_cache = empty_cache
+    torch.cuda.memory.empty_cache = empty_cache
+    return "applied"
+
+
+_TORCH_APPLIERS: tuple[tuple[str, Callable[[Any, dict[str, KnobValue]], str]], ...] = (
+    ("threads", _apply_threads),
+    ("cudnn_benchmark", _apply_cudnn_benchmark),
+    ("tf32", _apply_tf32),
+    ("empty_cache", _apply_empty_cache_off),
+)
+
+
+# --- the model: amp=bf16 and compile=reduce-overhead -------------------------------------------
+
+
+def _wrap_outermost_module(torch: Any, settings: dict[str, KnobValue]) -> None:
+    """Prepare the first outermost module call that has parameters (the model).
+
+    Its instance `forward` is replaced by one that runs under bf16 autocast and/or through
+    torch.compile; then the temporary hook on nn.Module.__call__ removes itself, so there is
+    no per-call cost for the rest of the run. Nested calls are never wrapped twice.
+    """
+    module_cls = torch.nn.Module
+    original_call = module_cls.__call__
+    local = threading.local()
+
+    def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if getattr(local, "depth", 0) or module_cls.__call__ is not __call__:
+            return original_call(self, *args, **kwargs)
+        if _has_parameters(self):
+            module_cls.__call__ = original_call
+            _prepare_model(torch, self, settings)
+            return original_call(self, *args, **kwargs)
+        local.depth = 1  # a parameter-free outer call (e.g. a loss): look inside it
+        try:
+            return original_call(self, *args, **kwargs)
+        finally:
+            local.depth = 0
+
+    module_cls.__call__ = __call__
+
+
+def _has_parameters(module: Any) -> bool:
+    return next(iter(module.parameters()), None) is not None
+
+
+def _prepare_model(torch: Any, model: Any, settings: dict[str, KnobValue]) -> None:
+    forward = model.forward
+    if "amp" in settings:
+        device_type = next(iter(model.parameters())).device.type
+        forward = _autocast_forward(torch, forward, device_type)
+        _set("amp", f"applied: bf16 autocast on {type(model).__name__} ({device_type})")
+    if "compile" in settings:
+        reason = _compile_unsafe_reason(torch, model)
+        if reason:
+            _set("compile", f"skipped: {reason}")
+        else:
+            torch._dynamo.config.suppress_errors = True  # a failed compile falls back to eager
+            forward = torch.compile(forward, mode=str(settings["compile"]))
+            _set("compile", f"applied: {settings['compile']} on {type(model).__name__}")
+    model.forward = forward
+
+
+def _autocast_forward(torch: Any, forward: Callable, device_type: str) -> Callable:
+    @functools.wraps(forward)
+    def autocast_forward(*args: Any, **kwargs: Any) -> Any:
+        with torch.autocast(device_type=device_type, dtype=torch.bfloat16):
+            return forward(*args, **kwargs)
+
+    return autocast_forward
+
+
+def _compile_unsafe_reason(torch: Any, model: Any) -> str:
+    """Why torch.compile is not safe here, or "" when it is."""
+    dynamo = getattr(torch, "_dynamo", None)
+    if dynamo is None or not dynamo.is_dynamo_supported():
+        return "torch.compile is not supported on this Python/torch"
+    parallel = (torch.nn.DataParallel, torch.nn.parallel.DistributedDataParallel)
+    if isinstance(model, parallel):
+        return "the model is wrapped in DataParallel/DistributedDataParallel"
+    if type(model).__name__ == "OptimizedModule":
+        return "the model is already compiled"
+    return ""

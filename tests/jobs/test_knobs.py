@@ -1,0 +1,151 @@
+"""The closed list of knobs: parsing, and application inside a real torch process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from agent import knobs
+from agent.knobs import KnobError, StepLimit
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_it_parses_the_env_form_into_typed_values() -> None:
+    assert knobs.parse_knobs("num_workers=4, pin_memory=true,threads=2") == {
+        "num_workers": 4,
+        "pin_memory": True,
+        "threads": 2,
+    }
+
+
+def test_it_formats_back_canonically() -> None:
+    settings = knobs.parse_knobs("threads=2,amp=BF16,empty_cache=off")
+    assert knobs.format_knobs(settings) == "amp=bf16,empty_cache=off,threads=2"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("rm_rf=1", 'unknown knob "rm_rf"'),
+        ("num_workers=four", 'knob num_workers: "four" is not a whole number'),
+        ("num_workers=-1", "knob num_workers: -1 is outside 0..256"),
+        ("pin_memory=maybe", 'knob pin_memory: "maybe" is not true or false'),
+        ("amp=fp16", 'knob amp: "fp16" is not allowed (use bf16)'),
+        ("threads", 'knob setting "threads" is not KEY=VALUE'),
+        ("threads=2,threads=3", "knob threads is given twice"),
+    ],
+)
+def test_it_rejects_anything_off_the_closed_list(text: str, message: str) -> None:
+    with pytest.raises(KnobError) as error:
+        knobs.parse_knobs(text)
+    assert message in str(error.value)
+    assert "\n" not in str(error.value)
+
+
+def test_it_revalidates_typed_job_settings() -> None:
+    assert knobs.validate_knobs({"num_workers": 2, "pin_memory": True}) == {
+        "num_workers": 2,
+        "pin_memory": True,
+    }
+    with pytest.raises(KnobError):
+        knobs.validate_knobs({"command": "curl evil | sh"})
+    with pytest.raises(KnobError):
+        knobs.validate_knobs({"num_workers": [1]})
+
+
+def test_every_knob_names_a_finding_of_the_catalog() -> None:
+    catalog = REPO.parent / "shared" / "FIXES.md"
+    fixes = catalog.read_text() if catalog.exists() else ""
+    for name, knob in knobs.KNOBS.items():
+        assert knobs.FINDING_KNOBS[knob.finding_id] == name
+        if fixes:
+            assert f"`{knob.finding_id}`" in fixes
+
+
+def test_max_steps_is_read_and_checked() -> None:
+    assert knobs.max_steps_from_env({"PERF_AGENT_MAX_STEPS": "12"}) == 12
+    assert knobs.max_steps_from_env({}) is None
+    with pytest.raises(KnobError):
+        knobs.max_steps_from_env({"PERF_AGENT_MAX_STEPS": "0"})
+
+
+def test_the_step_limit_flushes_then_exits_zero() -> None:
+    flushed: list[int] = []
+    limit = StepLimit(3, flush=lambda: flushed.append(1))
+    limit.on_step()
+    limit.on_step()
+    with pytest.raises(SystemExit) as stop:
+        limit.on_step()
+    assert stop.value.code == 0 and flushed == [1]
+
+
+def test_apply_from_env_reports_a_bad_setting_instead_of_raising() -> None:
+    assert knobs.apply_from_env({"PERF_AGENT_KNOBS": "nope=1"})["*"].startswith("error:")
+
+
+PROBE = textwrap.dedent(
+    """
+    import json, os, sys
+    from agent import knobs
+    knobs.apply_from_env()
+    import torch
+    from torch.utils.data import DataLoader
+    from agent import knobs_torch
+
+    loader = DataLoader(list(range(8)), batch_size=2, num_workers=0, prefetch_factor=None)
+    torch.set_num_threads(7)  # the script's own call: the knob wins
+    model = torch.nn.Linear(4, 4)
+    loss_fn = torch.nn.MSELoss()
+    out = model(torch.zeros(2, 4))
+    torch.cuda.empty_cache()
+    print(json.dumps({
+        "num_workers": loader.num_workers, "pin_memory": loader.pin_memory,
+        "persistent_workers": loader.persistent_workers, "batch_size": loader.batch_size,
+        "threads": torch.get_num_threads(), "omp": os.environ.get("OMP_NUM_THREADS"),
+        "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF"),
+        "cudnn_benchmark": torch.backends.cudnn.benchmark,
+        "out_dtype": str(out.dtype),
+        "status": knobs_torch.status(),
+    }))
+    """
+)
+
+
+def _probe(knob_text: str) -> dict:
+    env = {**os.environ, "PERF_AGENT_KNOBS": knob_text, "PYTHONPATH": str(REPO)}
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_knobs_apply_inside_the_process_without_editing_the_script() -> None:
+    seen = _probe(
+        "num_workers=2,persistent_workers=true,pin_memory=false,batch_size=4,threads=1,"
+        "expandable_segments=true,cudnn_benchmark=true,empty_cache=off,amp=bf16"
+    )
+    assert seen["num_workers"] == 2
+    assert seen["persistent_workers"] is True
+    assert seen["pin_memory"] is False
+    assert seen["batch_size"] == 4
+    assert seen["threads"] == 1 and seen["omp"] == "1"
+    assert seen["alloc_conf"] == "expandable_segments:True"
+    assert seen["cudnn_benchmark"] is True
+    assert seen["out_dtype"] == "torch.bfloat16"
+    assert seen["status"]["amp"].startswith("applied: bf16 autocast on Linear")
+    assert all(not state.startswith("error") for state in seen["status"].values())
+
+
+def test_no_knobs_leaves_the_script_alone() -> None:
+    seen = _probe("")
+    assert seen["num_workers"] == 0 and seen["batch_size"] == 2
+    assert seen["out_dtype"] == "torch.float32"
+    assert seen["status"] == {}
