@@ -1,0 +1,202 @@
+"""Walk Kineto events once and keep the columns the analyses need (`EventSink`)."""
+
+from __future__ import annotations
+
+from array import array
+from typing import Any
+
+import numpy as np
+
+from recommender.trace.classify import kernel_type
+from recommender.trace.model import (
+    CPU_ANNOTATION,
+    CPU_DATALOADER,
+    CPU_OP,
+    KIND_KERNEL,
+    KIND_MEMCPY,
+    KIND_MEMSET,
+    KIND_OTHER,
+    KIND_SYNC,
+    CpuIntervals,
+    GpuEvents,
+    HostCalls,
+    RankTrace,
+    Step,
+)
+
+_GPU_KINDS = {
+    "kernel": KIND_KERNEL,
+    "Kernel": KIND_KERNEL,
+    "gpu_memcpy": KIND_MEMCPY,
+    "Memcpy": KIND_MEMCPY,
+    "gpu_memset": KIND_MEMSET,
+    "Memset": KIND_MEMSET,
+    "cuda_sync": KIND_SYNC,
+}
+_HOST_CATS = frozenset({"cuda_runtime", "cuda_driver", "Runtime", "Driver"})
+_CPU_CATS = {"cpu_op": CPU_OP, "Operator": CPU_OP, "user_annotation": CPU_ANNOTATION}
+_ABSOLUTE_TS = 1e10  # after a prefix cut, larger timestamps are the ones the cut missed
+
+
+def _stream_of(args: dict[str, Any]) -> int:
+    """HTA's reading of args.stream: an int, or -1 when absent or not a number."""
+    value = args.get("stream")
+    if value is None:
+        return -1
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return -1
+
+
+def _int_arg(args: dict[str, Any], key: str, default: int) -> int:
+    value = args.get(key)
+    return (
+        int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default
+    )
+
+
+def _np(values: array, dtype: type) -> np.ndarray:
+    """A numpy copy of an array.array (empty arrays included)."""
+    return (
+        np.array(values, dtype=dtype)
+        if len(values) == 0
+        else np.frombuffer(values, dtype=dtype).copy()
+    )
+
+
+class EventSink:
+    """Accumulates the columns of one rank's trace while its events are walked."""
+
+    def __init__(self, *, base_us: float, prefix_cut: bool) -> None:
+        self.base_us = base_us
+        self.prefix_cut = prefix_cut
+        self.gpu_ts, self.gpu_dur = array("d"), array("d")
+        self.gpu_stream, self.gpu_corr, self.gpu_bytes = array("q"), array("q"), array("q")
+        self.gpu_kind, self.gpu_type, self.gpu_name = array("b"), array("b"), array("i")
+        self.host_ts, self.host_dur = array("d"), array("d")
+        self.host_corr, self.host_name = array("q"), array("i")
+        self.cpu_ts, self.cpu_dur, self.cpu_class = array("d"), array("d"), array("b")
+        self.gpu_names: dict[str, int] = {}
+        self.gpu_name_types: list[int] = []
+        self.runtime_names: dict[str, int] = {}
+        self.cpu_op_counts: dict[str, int] = {}
+        self.steps: list[tuple[int, float, float]] = []
+
+    def _ts(self, value: Any) -> float:
+        ts = float(value)
+        if self.prefix_cut and ts >= _ABSOLUTE_TS:
+            ts -= self.base_us
+        return ts
+
+    def add(self, event: dict[str, Any]) -> None:
+        """Keep what is needed of one trace event."""
+        if event.get("ph") != "X":
+            return
+        dur, ts, cat = event.get("dur"), event.get("ts"), event.get("cat")
+        if not isinstance(dur, (int, float)) or not isinstance(ts, (int, float)):
+            return
+        name = event.get("name")
+        if not isinstance(name, str):
+            name = str(name)
+        args = event.get("args")
+        if not isinstance(args, dict):
+            args = {}
+        if cat in _HOST_CATS:
+            self._add_host(self._ts(ts), float(dur), name, args)
+            return
+        stream = _stream_of(args)
+        if stream != -1:
+            self._add_gpu(self._ts(ts), float(dur), name, cat, stream, args)
+        elif cat in _CPU_CATS:
+            self._add_cpu(self._ts(ts), float(dur), name, _CPU_CATS[cat])
+
+    def _add_gpu(
+        self, ts: float, dur: float, name: str, cat: Any, stream: int, args: dict[str, Any]
+    ) -> None:
+        name_id = self.gpu_names.get(name)
+        if name_id is None:
+            name_id = self.gpu_names[name] = len(self.gpu_names)
+            self.gpu_name_types.append(kernel_type(name))
+        self.gpu_ts.append(ts)
+        self.gpu_dur.append(dur)
+        self.gpu_stream.append(stream)
+        self.gpu_corr.append(_int_arg(args, "correlation", -1))
+        self.gpu_bytes.append(_int_arg(args, "bytes", 0))
+        self.gpu_kind.append(
+            _GPU_KINDS.get(cat, KIND_OTHER) if isinstance(cat, str) else KIND_OTHER
+        )
+        self.gpu_type.append(self.gpu_name_types[name_id])
+        self.gpu_name.append(name_id)
+
+    def _add_host(self, ts: float, dur: float, name: str, args: dict[str, Any]) -> None:
+        name_id = self.runtime_names.get(name)
+        if name_id is None:
+            name_id = self.runtime_names[name] = len(self.runtime_names)
+        self.host_ts.append(ts)
+        self.host_dur.append(dur)
+        self.host_corr.append(_int_arg(args, "correlation", -1))
+        self.host_name.append(name_id)
+
+    def _add_cpu(self, ts: float, dur: float, name: str, cpu_class: int) -> None:
+        if name.startswith("ProfilerStep"):
+            number = name.rpartition("#")[2]
+            self.steps.append((int(number) if number.isdigit() else len(self.steps), ts, dur))
+            return
+        if "DataLoader" in name:
+            cpu_class = CPU_DATALOADER
+        if cpu_class == CPU_OP:
+            self.cpu_op_counts[name] = self.cpu_op_counts.get(name, 0) + 1
+        self.cpu_ts.append(ts)
+        self.cpu_dur.append(dur)
+        self.cpu_class.append(cpu_class)
+
+    def build(self, **meta: Any) -> RankTrace:
+        """The accumulated columns as a `RankTrace`, times relative to the earliest event."""
+        origin = min(
+            (float(np.min(a)) for a in (self.gpu_ts, self.host_ts, self.cpu_ts) if len(a)),
+            default=0.0,
+        )
+        origin = min([origin] + [s[1] for s in self.steps]) if self.steps else origin
+
+        def rel(values: array) -> np.ndarray:
+            return _np(values, np.float64) - origin
+
+        gpu = GpuEvents(
+            ts=rel(self.gpu_ts),
+            dur=_np(self.gpu_dur, np.float64),
+            stream=_np(self.gpu_stream, np.int64),
+            kind=_np(self.gpu_kind, np.int8),
+            gpu_type=_np(self.gpu_type, np.int8),
+            name_id=_np(self.gpu_name, np.int32),
+            correlation=_np(self.gpu_corr, np.int64),
+            nbytes=_np(self.gpu_bytes, np.int64),
+        )
+        host = HostCalls(
+            ts=rel(self.host_ts),
+            dur=_np(self.host_dur, np.float64),
+            correlation=_np(self.host_corr, np.int64),
+            name_id=_np(self.host_name, np.int32),
+        )
+        cpu = CpuIntervals(
+            ts=rel(self.cpu_ts),
+            dur=_np(self.cpu_dur, np.float64),
+            cpu_class=_np(self.cpu_class, np.int8),
+        )
+        steps = sorted(
+            (Step(number=n, ts=ts - origin, dur=dur) for n, ts, dur in self.steps),
+            key=lambda s: s.ts,
+        )
+        return RankTrace(
+            base_us=self.base_us,
+            origin_us=origin,
+            gpu=gpu,
+            host=host,
+            cpu=cpu,
+            steps=steps,
+            gpu_names=list(self.gpu_names),
+            runtime_names=list(self.runtime_names),
+            cpu_op_counts=self.cpu_op_counts,
+            fractional_timestamps=self.prefix_cut,
+            **meta,
+        )
