@@ -1,0 +1,1 @@
+"""The browser dashboard: login, the runs list and one aligned timeline per run."""

@@ -1,0 +1,225 @@
+// One aligned timeline per run: Plotly rows stacked on a single shared time axis.
+//
+// Data: GET <api>/timeline (every series, downsampled by the server). While the run is going
+// the page polls it; `uirevision` keeps the user's zoom across updates. Zooming fetches the
+// zoomed range again at screen resolution and splices it into the overview, since the
+// overview is downsampled.
+"use strict";
+window.PerfwebTimeline = (function () {
+  const API = window.PerfwebApi;
+  const ROW_PX = 150;
+  const GAP_PX = 44;
+  const MARGIN = { l: 64, r: 190, t: 30, b: 40 };
+  const GPU_COLORS = ["#2f6fde", "#e8743b", "#19a979", "#d64545", "#945ecf", "#13a4b4", "#c88a12", "#6c7a89"];
+  const PROCESS_COLORS = { process: "#2f6fde", workers: "#e8743b" };
+  const STEP_COLOR = "#7a4fd6";
+  const WAIT_COLOR = "#e8743b";
+  // Plotly shows date axes in UTC; shifting by the viewer's offset shows local wall-clock time.
+  const TZ_SHIFT_MS = new Date().getTimezoneOffset() * 60000;
+
+  function toAxis(unixSeconds) { return unixSeconds * 1000 - TZ_SHIFT_MS; }
+  function fromAxis(value) {
+    const ms = typeof value === "number" ? value : Date.parse(String(value).replace(" ", "T") + "Z");
+    return (ms + TZ_SHIFT_MS) / 1000;
+  }
+
+  function deviceLabel(device) {
+    if (device === "process") return "main process";
+    if (device === "workers") return "DataLoader workers";
+    const match = /^(gpu|rank):(\d+)$/.exec(device);
+    if (match) return (match[1] === "gpu" ? "GPU " : "rank ") + match[2];
+    return device;
+  }
+
+  function colorFor(device, index) {
+    if (PROCESS_COLORS[device]) return PROCESS_COLORS[device];
+    const match = /:(\d+)$/.exec(device);
+    return GPU_COLORS[(match ? Number(match[1]) : index) % GPU_COLORS.length];
+  }
+
+  // Bytes are drawn in MiB or GiB, whichever keeps the numbers readable.
+  function scaleFor(unit, series) {
+    if (unit !== "bytes") return { factor: 1, unit: unit };
+    let max = 0;
+    series.forEach(function (s) { s.v.forEach(function (v) { if (v > max) max = v; }); });
+    return max >= 2 * 1024 ** 3 ? { factor: 1 / 1024 ** 3, unit: "GiB" } : { factor: 1 / 1024 ** 2, unit: "MiB" };
+  }
+
+  function seriesKey(s) { return s.device + "|" + s.name; }
+
+  // The overview outside [start, end] plus the full-resolution detail inside it.
+  function splice(overview, detail) {
+    if (!detail) return overview;
+    const byKey = new Map(detail.series.map(function (s) { return [seriesKey(s), s]; }));
+    return overview.map(function (s) {
+      const inside = byKey.get(seriesKey(s));
+      if (!inside) return s;
+      const t = [], v = [];
+      s.t.forEach(function (x, i) { if (x < detail.start) { t.push(x); v.push(s.v[i]); } });
+      inside.t.forEach(function (x, i) { t.push(x); v.push(inside.v[i]); });
+      s.t.forEach(function (x, i) { if (x > detail.end) { t.push(x); v.push(s.v[i]); } });
+      return Object.assign({}, s, { t: t, v: v });
+    });
+  }
+
+  function rowTraces(row, series, rowIndex) {
+    const axis = rowIndex === 0 ? "y" : "y" + (rowIndex + 1);
+    const legend = rowIndex === 0 ? "legend" : "legend" + (rowIndex + 1);
+    const mine = series.filter(function (s) { return row.metrics.includes(s.name) && s.t.length; });
+    mine.sort(function (a, b) { return a.device.localeCompare(b.device, undefined, { numeric: true }); });
+    const scale = scaleFor(row.unit, mine);
+    const ranks = new Set(mine.map(function (s) { return s.device; }));
+    const traces = mine.map(function (s, i) {
+      const isWait = s.name === "step.data_wait";
+      const isStep = s.name === "step.duration";
+      let name = deviceLabel(s.device);
+      if (isStep || isWait) name = (isStep ? "step time" : "data wait") + (ranks.size > 1 ? " (" + name + ")" : "");
+      const color = isStep ? STEP_COLOR : isWait ? WAIT_COLOR : colorFor(s.device, i);
+      return {
+        type: "scatter", mode: "lines", name: name, legend: legend, xaxis: "x", yaxis: axis,
+        x: s.t.map(toAxis), y: scale.factor === 1 ? s.v : s.v.map(function (v) { return v * scale.factor; }),
+        line: { width: 1.5, color: color },
+        fill: isWait ? "tozeroy" : "none", fillcolor: isWait ? WAIT_COLOR + "40" : undefined,
+        hovertemplate: "%{y:.3~f} " + scale.unit + "<extra>" + name + "</extra>",
+        meta: { device: s.device, metric: s.name, raw_count: s.raw_count, downsampled: s.downsampled },
+      };
+    });
+    return { traces: traces, unit: scale.unit };
+  }
+
+  function layoutFor(drawn, runId) {
+    const n = drawn.length;
+    const height = MARGIN.t + MARGIN.b + n * ROW_PX + (n - 1) * GAP_PX;
+    const plotHeight = height - MARGIN.t - MARGIN.b;
+    const layout = {
+      height: height, margin: MARGIN, uirevision: runId, hovermode: "x",
+      paper_bgcolor: "#ffffff", plot_bgcolor: "#ffffff",
+      font: { family: "system-ui, -apple-system, Segoe UI, Roboto, Arial, sans-serif", size: 12, color: "#1c2430" },
+      xaxis: {
+        type: "date", anchor: "y" + (n > 1 ? n : ""), showgrid: true, gridcolor: "#eef1f5",
+        showspikes: true, spikemode: "across", spikesnap: "cursor", spikethickness: 1, spikecolor: "#8a96a8", spikedash: "dot",
+      },
+      annotations: [], showlegend: true,
+    };
+    drawn.forEach(function (item, i) {
+      const top = 1 - (i * (ROW_PX + GAP_PX)) / plotHeight;
+      const bottom = top - ROW_PX / plotHeight;
+      const key = i === 0 ? "yaxis" : "yaxis" + (i + 1);
+      layout[key] = {
+        domain: [Math.max(0, bottom), Math.min(1, top)], anchor: "x", rangemode: "tozero",
+        gridcolor: "#eef1f5", zeroline: false, ticksuffix: item.unit === "%" ? "%" : "",
+        title: { text: item.unit === "%" ? "" : item.unit, font: { size: 11, color: "#5d6b7e" }, standoff: 6 },
+      };
+      if (item.row.max_value) layout[key].range = [0, item.row.max_value * 1.05];
+      layout[i === 0 ? "legend" : "legend" + (i + 1)] = {
+        x: 1.01, xanchor: "left", y: top, yanchor: "top", font: { size: 11 }, bgcolor: "rgba(255,255,255,0)",
+      };
+      layout.annotations.push({
+        text: "<b>" + item.row.title + "</b>", xref: "paper", yref: "paper", x: 0, y: top,
+        xanchor: "left", yanchor: "bottom", showarrow: false, font: { size: 13 }, yshift: 4,
+      });
+    });
+    return layout;
+  }
+
+  // One line per run of consecutive empty rows of the same group.
+  function emptyLines(rows, present) {
+    const lines = [];
+    rows.forEach(function (row) {
+      if (present.has(row.key)) return;
+      const last = lines[lines.length - 1];
+      if (last && last.group === row.group && last.lastIndex === rows.indexOf(row) - 1) {
+        last.titles.push(row.title); last.lastIndex += 1;
+      } else {
+        lines.push({ group: row.group, titles: [row.title], text: row.empty, lastIndex: rows.indexOf(row) });
+      }
+    });
+    return lines.map(function (line) {
+      const names = line.titles.length > 1
+        ? line.titles.slice(0, -1).join(", ") + " and " + line.titles[line.titles.length - 1]
+        : line.titles[0];
+      return { group: line.group, text: names + ": " + line.text };
+    });
+  }
+
+  function create(config) {
+    const el = document.getElementById(config.elementId || "timeline");
+    const notesEl = document.getElementById(config.notesId || "no-data-rows");
+    const state = { overview: [], detail: null, shape: "", plotted: false };
+
+    function pointsFor(factor) {
+      const width = el.clientWidth || 1200;
+      return Math.min(10000, Math.max(500, Math.round(width * factor)));
+    }
+
+    async function draw() {
+      const series = splice(state.overview, state.detail);
+      const drawn = [];
+      config.rows.forEach(function (row) {
+        const built = rowTraces(row, series, drawn.length);
+        if (built.traces.length) drawn.push({ row: row, traces: built.traces, unit: built.unit });
+      });
+      const present = new Set(drawn.map(function (d) { return d.row.key; }));
+      notesEl.innerHTML = "";
+      emptyLines(config.rows, present).forEach(function (line) {
+        const p = document.createElement("p");
+        p.className = "no-data";
+        p.dataset.group = line.group;
+        p.textContent = line.text;
+        notesEl.appendChild(p);
+      });
+      const loading = document.getElementById("timeline-loading");
+      if (loading) loading.remove();
+      if (!drawn.length) {
+        if (state.plotted) { Plotly.purge(el); state.plotted = false; }
+        return;
+      }
+      const traces = [].concat.apply([], drawn.map(function (d) { return d.traces; }));
+      await Plotly.react(el, traces, layoutFor(drawn, config.runId), {
+        responsive: true, displaylogo: false, scrollZoom: false,
+        modeBarButtonsToRemove: ["select2d", "lasso2d", "autoScale2d"],
+      });
+      if (!state.plotted) { el.on("plotly_relayout", onRelayout); state.plotted = true; }
+      el.dataset.points = traces.reduce(function (n, t) { return n + t.x.length; }, 0);
+      el.dataset.rows = drawn.map(function (d) { return d.row.key; }).join(",");
+    }
+
+    async function loadOverview() {
+      const data = await API.getJson(config.api + "/timeline", { points: pointsFor(1) });
+      state.overview = data.series || [];
+    }
+
+    async function loadDetail(start, end) {
+      const data = await API.getJson(config.api + "/timeline", { start: start, end: end, points: pointsFor(2) });
+      state.detail = { start: start, end: end, series: data.series || [] };
+    }
+
+    let relayoutSeq = 0;
+    async function onRelayout(event) {
+      if (!event) return;
+      let range = null;
+      if (event["xaxis.range[0]"] !== undefined) range = [event["xaxis.range[0]"], event["xaxis.range[1]"]];
+      else if (Array.isArray(event["xaxis.range"])) range = event["xaxis.range"];
+      const seq = ++relayoutSeq;
+      if (range) {
+        const start = fromAxis(range[0]), end = fromAxis(range[1]);
+        try { await loadDetail(start, end); } catch (err) { console.warn(err); return; }
+      } else if (event["xaxis.autorange"]) {
+        if (!state.detail) return;
+        state.detail = null;
+      } else {
+        return;
+      }
+      if (seq === relayoutSeq) await draw();
+    }
+
+    async function refresh() {
+      await loadOverview();
+      await draw();
+    }
+
+    return { refresh: refresh, state: state };
+  }
+
+  return { create: create, splice: splice, emptyLines: emptyLines, fromAxis: fromAxis, toAxis: toAxis };
+})();

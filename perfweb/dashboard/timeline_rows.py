@@ -1,0 +1,83 @@
+"""The rows of a run's aligned timeline: which series each row draws, and what an empty row says.
+
+The browser draws them (static/dashboard/js/timeline.js); keeping the list here lets the
+server-side tests and any later panel (fixes, alerts) name the same rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from agent.protocol import METRICS, STEP_DATA_WAIT, STEP_DURATION
+
+
+@dataclass(frozen=True)
+class TimelineRow:
+    key: str
+    title: str
+    unit: str
+    metrics: tuple[str, ...]
+    group: str  # consecutive empty rows of one group are reported in a single line
+    empty: str  # what the one line says when the row has no data
+    max_value: float | None = None  # a fixed top for the y axis (GPU %: 100); else autorange
+
+
+GPU_EMPTY = "no GPU samples — the agent found no GPU it could read through NVML on this host."
+
+ROWS: tuple[TimelineRow, ...] = (
+    TimelineRow(
+        "gpu_util",
+        "GPU utilisation",
+        METRICS["gpu.utilization"],
+        ("gpu.utilization",),
+        "gpu",
+        GPU_EMPTY,
+        max_value=100.0,
+    ),
+    TimelineRow(
+        "gpu_memory",
+        "GPU memory used",
+        METRICS["gpu.memory_used"],
+        ("gpu.memory_used",),
+        "gpu",
+        GPU_EMPTY,
+    ),
+    TimelineRow("gpu_power", "GPU power", METRICS["gpu.power"], ("gpu.power",), "gpu", GPU_EMPTY),
+    TimelineRow(
+        "gpu_temperature",
+        "GPU temperature",
+        METRICS["gpu.temperature"],
+        ("gpu.temperature",),
+        "gpu",
+        GPU_EMPTY,
+    ),
+    TimelineRow(
+        "cpu",
+        "Process CPU",
+        METRICS["process.cpu_percent"],
+        ("process.cpu_percent",),
+        "process",
+        "no process samples yet.",
+    ),
+    TimelineRow(
+        "rss",
+        "Process memory (RSS)",
+        METRICS["process.rss"],
+        ("process.rss",),
+        "process",
+        "no process samples yet.",
+    ),
+    TimelineRow(
+        "steps",
+        "Step time and data wait",
+        METRICS[STEP_DURATION],
+        (STEP_DURATION, STEP_DATA_WAIT),
+        "steps",
+        "no training steps recorded yet — steps are timed from optimizer.step().",
+    ),
+)
+
+
+def timeline_rows_config() -> list[dict[str, object]]:
+    """The rows as JSON-ready dicts for the page's script."""
+    return [asdict(row) for row in ROWS]

@@ -1,0 +1,89 @@
+"""Dashboard pages. Thin: each one asks a selector for the user's data and renders it.
+
+The pages render the run's numbers on the server (so they read well without JavaScript and
+in tests) and then keep them current from the read API (docs/protocol.md) in the browser.
+"""
+
+from __future__ import annotations
+
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotModified
+from django.shortcuts import render
+from django.urls import reverse
+from django.views.decorators.http import require_GET
+
+from agent.protocol import API_PREFIX
+from perfweb.dashboard import assets, presenters
+from perfweb.dashboard.panels import run_panels
+from perfweb.dashboard.timeline_rows import timeline_rows_config
+
+RUNS_ON_PAGE = 100
+
+
+@require_GET
+@login_required
+def runs_list(request: HttpRequest) -> HttpResponse:
+    from perfweb.runs.selectors import run_list_for_user  # TEMP: lands with the server core
+
+    runs = run_list_for_user(user=request.user)[:RUNS_ON_PAGE]
+    return render(
+        request,
+        "dashboard/runs.html",
+        {
+            "runs": [presenters.run_row(run=run) for run in runs],
+            "server_url": request.build_absolute_uri("/").rstrip("/"),
+            "plotly_version": assets.plotly_version(),
+            "page_config": {
+                "api": f"{API_PREFIX}/runs",
+                "runUrl": reverse("dashboard:run", args=["RUN_ID"]),
+                "limit": RUNS_ON_PAGE,
+            },
+        },
+    )
+
+
+@require_GET
+@login_required
+def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
+    from perfweb.runs.selectors import run_get_for_user  # TEMP: lands with the server core
+
+    run = run_get_for_user(user=request.user, run_id=run_id)
+    if run is None:
+        raise Http404("No such run in your projects.")
+    row = presenters.run_row(run=run, detail=True)
+    return render(
+        request,
+        "dashboard/run_detail.html",
+        {
+            "run": row,
+            "panels": run_panels(run=run, user=request.user),
+            "plotly_version": assets.plotly_version(),
+            "page_config": {
+                "api": f"{API_PREFIX}/runs/{run.run_id}",
+                "runId": run.run_id,
+                "status": row["status"],
+                "rows": timeline_rows_config(),
+            },
+        },
+    )
+
+
+@require_GET
+def plotly_js(request: HttpRequest, version: str) -> HttpResponse:
+    """Plotly.js from the installed plotly package; public (the login page needs no chart,
+    but a cached copy must not depend on a session) and cacheable for a year."""
+    if version != assets.plotly_version():
+        raise Http404("Unknown plotly version.")
+    asset = assets.plotly_js()
+    if request.headers.get("If-None-Match") == asset.etag:
+        return HttpResponseNotModified(headers={"ETag": asset.etag})
+    gzip_ok = "gzip" in request.headers.get("Accept-Encoding", "")
+    response = HttpResponse(
+        asset.gzipped if gzip_ok else asset.body, content_type="text/javascript; charset=utf-8"
+    )
+    if gzip_ok:
+        response["Content-Encoding"] = "gzip"
+    response["Vary"] = "Accept-Encoding"
+    response["ETag"] = asset.etag
+    response["Cache-Control"] = "public, max-age=31536000, immutable"
+    return response
