@@ -1,0 +1,58 @@
+"""Request bodies in, JSON out: gzip, size limits and one-sentence errors."""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any
+
+import orjson
+from django.http import HttpRequest, HttpResponse
+
+from agent.protocol import MAX_BODY_BYTES, MAX_DECOMPRESSED_BYTES
+
+
+class BadRequest(Exception):
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def json_response(data: Any, status: int = 200) -> HttpResponse:
+    body = orjson.dumps(data, option=orjson.OPT_SERIALIZE_NUMPY)
+    return HttpResponse(body, status=status, content_type="application/json")
+
+
+def error_response(message: str, status: int) -> HttpResponse:
+    return json_response({"error": message}, status=status)
+
+
+def read_json(request: HttpRequest) -> Any:
+    """The body, un-gzipped and parsed; BadRequest (400/413/415) otherwise."""
+    length = request.META.get("CONTENT_LENGTH") or "0"
+    if length.isdigit() and int(length) > MAX_BODY_BYTES:
+        raise BadRequest(f"the body is larger than {MAX_BODY_BYTES} bytes", 413)
+    body = request.read(MAX_BODY_BYTES + 1)
+    if len(body) > MAX_BODY_BYTES:
+        raise BadRequest(f"the body is larger than {MAX_BODY_BYTES} bytes", 413)
+    encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
+    if encoding == "gzip":
+        body = _gunzip(body)
+    elif encoding not in ("identity", ""):
+        raise BadRequest(f"Content-Encoding {encoding} is not supported (use gzip)", 415)
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as error:
+        raise BadRequest(f"the body is not valid JSON ({error})") from None
+
+
+def _gunzip(body: bytes) -> bytes:
+    decompressor = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+    try:
+        data = decompressor.decompress(body, MAX_DECOMPRESSED_BYTES + 1)
+    except zlib.error:
+        raise BadRequest("the body is not valid gzip") from None
+    if len(data) > MAX_DECOMPRESSED_BYTES:
+        raise BadRequest(f"the body is larger than {MAX_DECOMPRESSED_BYTES} bytes unzipped", 413)
+    if not decompressor.eof:
+        raise BadRequest("the body is not valid gzip (truncated)")
+    return data

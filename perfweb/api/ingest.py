@@ -1,0 +1,80 @@
+"""The agents' endpoints (docs/protocol.md): parse, call one service, reply."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_POST
+
+from perfweb.api.auth import token_required
+from perfweb.api.http import BadRequest, error_response, json_response, read_json
+from perfweb.projects.models import Project
+from perfweb.runs import services
+from perfweb.runs.fields import Invalid
+from perfweb.runs.models import Run
+from perfweb.runs.schemas import parse_batch, parse_finish, parse_heartbeat, parse_start
+from perfweb.runs.selectors import agent_commands
+
+
+def ingest_view(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """POST only, token auth, no CSRF (no cookies involved); the view gets the parsed body;
+    bad input is a 4xx with one sentence, an unknown run a 404."""
+
+    @csrf_exempt
+    @require_POST
+    @token_required
+    @wraps(view)
+    def wrapper(request: HttpRequest, *, project: Project) -> HttpResponse:
+        try:
+            return view(read_json(request), project=project)
+        except BadRequest as error:
+            return error_response(str(error), error.status)
+        except Invalid as error:
+            return error_response(str(error), 400)
+        except services.RunNotFound as error:
+            return error_response(f"run {error} was not started in this project", 404)
+
+    return wrapper
+
+
+def _reply(target: Run, agent_id: str, **extra: Any) -> HttpResponse:
+    commands = agent_commands(run=target, agent_id=agent_id)
+    return json_response({"ok": True, **extra, "commands": commands})
+
+
+@ingest_view
+def start(body: Any, *, project: Project) -> HttpResponse:
+    request = parse_start(body)
+    run = services.run_start(project=project, request=request)
+    return _reply(run, request.agent_id, run={"id": run.run_id, "url": f"/runs/{run.run_id}/"})
+
+
+@ingest_view
+def batch(body: Any, *, project: Project) -> HttpResponse:
+    request = parse_batch(body)
+    result = services.batch_store(project=project, request=request)
+    run = Run(run_id=request.run_id, project=project)
+    return _reply(
+        run,
+        request.agent_id,
+        duplicate=result.duplicate,
+        stored={"samples": result.samples, "steps": result.steps},
+    )
+
+
+@ingest_view
+def heartbeat(body: Any, *, project: Project) -> HttpResponse:
+    run_id, agent_id = parse_heartbeat(body)
+    services.run_heartbeat(project=project, run_id=run_id, agent_id=agent_id)
+    return _reply(Run(run_id=run_id, project=project), agent_id)
+
+
+@ingest_view
+def finish(body: Any, *, project: Project) -> HttpResponse:
+    request = parse_finish(body)
+    run = services.run_finish(project=project, request=request)
+    return _reply(run, request.agent_id, status=run.status)

@@ -1,0 +1,109 @@
+"""The read API (docs/protocol.md): runs, a run, its series, its whole timeline."""
+
+from __future__ import annotations
+
+import math
+
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.views.decorators.http import require_GET
+
+from agent.protocol import RUN_STATUSES
+from perfweb.api.auth import runs_required
+from perfweb.api.http import error_response, json_response
+from perfweb.runs.models import Run
+from perfweb.runs.selectors import run_detail, run_get, run_list
+from perfweb.series.selectors import series_read
+
+MAX_POINTS = 10_000
+MIN_POINTS = 3
+
+
+class _BadQuery(Exception):
+    pass
+
+
+@require_GET
+@runs_required
+def runs(request: HttpRequest, *, runs: QuerySet[Run]) -> HttpResponse:
+    status = request.GET.get("status") or None
+    if status is not None and status not in RUN_STATUSES:
+        return error_response(f"status is not one of {', '.join(RUN_STATUSES)}", 400)
+    try:
+        limit = _integer(request, "limit", default=50, low=1, high=500)
+    except _BadQuery as error:
+        return error_response(str(error), 400)
+    return json_response({"runs": run_list(runs=runs, status=status, limit=limit)})
+
+
+@require_GET
+@runs_required
+def run(request: HttpRequest, run_id: str, *, runs: QuerySet[Run]) -> HttpResponse:
+    found = run_get(runs=runs, run_id=run_id)
+    if found is None:
+        return error_response("no such run", 404)
+    return json_response(run_detail(run=found))
+
+
+@require_GET
+@runs_required
+def series(request: HttpRequest, run_id: str, *, runs: QuerySet[Run]) -> HttpResponse:
+    return _series(request, run_id, runs=runs, everything=False)
+
+
+@require_GET
+@runs_required
+def timeline(request: HttpRequest, run_id: str, *, runs: QuerySet[Run]) -> HttpResponse:
+    return _series(request, run_id, runs=runs, everything=True)
+
+
+def _series(
+    request: HttpRequest, run_id: str, *, runs: QuerySet[Run], everything: bool
+) -> HttpResponse:
+    found = run_get(runs=runs, run_id=run_id)
+    if found is None:
+        return error_response("no such run", 404)
+    try:
+        start, end = _time(request, "start"), _time(request, "end")
+        points = _integer(request, "points", default=1000, low=MIN_POINTS, high=MAX_POINTS)
+    except _BadQuery as error:
+        return error_response(str(error), 400)
+    names = None if everything else request.GET.getlist("name")
+    if not everything and not names:
+        return error_response("name is missing (give one or more ?name=)", 400)
+    devices = None if everything else request.GET.getlist("device") or None
+    result = series_read(
+        run=found, names=names, devices=devices, start=start, end=end, points=points
+    )
+    starts = [s.t[0] for s in result if len(s.t)]
+    ends = [s.t[-1] for s in result if len(s.t)]
+    return json_response(
+        {
+            "run": found.run_id,
+            "start": start if start is not None else (min(starts) if starts else None),
+            "end": end if end is not None else (max(ends) if ends else None),
+            "series": [s.as_json() for s in result],
+        }
+    )
+
+
+def _time(request: HttpRequest, key: str) -> float | None:
+    raw = request.GET.get(key, "").strip()
+    if not raw:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        raise _BadQuery(f"{key} is not a number of Unix seconds") from None
+    if not math.isfinite(value):
+        raise _BadQuery(f"{key} is not a number of Unix seconds")
+    return value
+
+
+def _integer(request: HttpRequest, key: str, *, default: int, low: int, high: int) -> int:
+    raw = request.GET.get(key, "").strip()
+    if not raw:
+        return default
+    if not raw.isdigit() or not low <= int(raw) <= high:
+        raise _BadQuery(f"{key} is not an integer from {low} to {high}")
+    return int(raw)

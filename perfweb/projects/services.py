@@ -1,0 +1,87 @@
+"""Writes for projects, memberships and ingest tokens."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from datetime import timedelta
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+from django.utils import timezone
+
+from perfweb.projects.models import IngestToken, Membership, Project
+
+TOKEN_PREFIX = "pw_"
+# last_used_at is a hint for people, not an audit log: write it at most once a minute so
+# that ingest does not update the token row on every batch.
+LAST_USED_RESOLUTION = timedelta(minutes=1)
+
+
+def token_digest(*, token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def project_create(*, name: str, owner: AbstractBaseUser | None = None) -> Project:
+    project, _ = Project.objects.get_or_create(name=name)
+    if owner is not None:
+        Membership.objects.get_or_create(project=project, user=owner)
+    return project
+
+
+def membership_add(*, project: Project, user: AbstractBaseUser) -> Membership:
+    membership, _ = Membership.objects.get_or_create(project=project, user=user)
+    return membership
+
+
+def token_create(*, project: Project, label: str = "", token: str | None = None) -> str:
+    """Mints (or installs the given) token for the project and returns it: the only time it
+    is seen in clear."""
+    token = token or TOKEN_PREFIX + secrets.token_urlsafe(32)
+    IngestToken.objects.create(
+        project=project, label=label, prefix=token[:12], digest=token_digest(token=token)
+    )
+    return token
+
+
+def token_revoke(*, token: IngestToken) -> None:
+    IngestToken.objects.filter(id=token.id, revoked_at=None).update(revoked_at=timezone.now())
+
+
+def token_authenticate(*, token: str) -> Project | None:
+    """The project of a live token, or None for an unknown or revoked one."""
+    row = (
+        IngestToken.objects.select_related("project")
+        .filter(digest=token_digest(token=token), revoked_at=None)
+        .first()
+    )
+    if row is None:
+        return None
+    now = timezone.now()
+    if row.last_used_at is None or now - row.last_used_at > LAST_USED_RESOLUTION:
+        IngestToken.objects.filter(id=row.id).update(last_used_at=now)
+    return row.project
+
+
+@transaction.atomic
+def bootstrap(
+    *, username: str, password: str, project_name: str, token: str | None = None
+) -> tuple[Project, str]:
+    """Idempotently creates the user, the project and the membership; installs `token`
+    (when given and not installed yet) or mints a fresh one. Returns the project and token."""
+    user_model = get_user_model()
+    user, created = user_model.objects.get_or_create(username=username)
+    if created or not user.check_password(password):
+        user.set_password(password)
+        user.save(update_fields=["password"])
+    project = project_create(name=project_name, owner=user)
+    if token is not None:
+        existing = IngestToken.objects.filter(digest=token_digest(token=token)).first()
+        if existing is not None and existing.project_id == project.id:
+            if existing.revoked_at is not None:
+                IngestToken.objects.filter(id=existing.id).update(revoked_at=None)
+            return project, token
+        if existing is not None:
+            raise ValueError("that token belongs to another project")
+    return project, token_create(project=project, label="bootstrap", token=token)

@@ -1,0 +1,95 @@
+"""Runs, the processes that report into them, their devices and the batch receipts."""
+
+from __future__ import annotations
+
+from django.db import models
+
+from perfweb.projects.models import Project
+
+
+class Run(models.Model):
+    RUNNING = "running"
+    FINISHED = "finished"
+    FAILED = "failed"
+    LOST = "lost"
+    STATUSES = [(s, s) for s in (RUNNING, FINISHED, FAILED, LOST)]
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="runs")
+    run_id = models.CharField(max_length=64, unique=True)  # chosen by the agent
+    name = models.CharField(max_length=200, blank=True)
+    command = models.JSONField(default=list, blank=True)
+    cwd = models.CharField(max_length=1000, blank=True)
+    host = models.CharField(max_length=255, blank=True)
+    status = models.CharField(max_length=10, choices=STATUSES, default=RUNNING)
+    exit_code = models.IntegerField(null=True, blank=True)
+    started_at = models.DateTimeField()
+    ended_at = models.DateTimeField(null=True, blank=True)
+    last_seen_at = models.DateTimeField()
+    facts = models.JSONField(default=dict, blank=True)
+    tags = models.JSONField(default=dict, blank=True)
+    step_count = models.BigIntegerField(default=0)  # the most steps any one process recorded
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["project", "-started_at"], name="run_project_started"),
+            models.Index(fields=["status", "last_seen_at"], name="run_status_seen"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name or self.run_id
+
+
+class RunProcess(models.Model):
+    """One agent: the launcher or a rank of the run."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="processes")
+    agent_id = models.CharField(max_length=64)
+    role = models.CharField(max_length=16)
+    rank = models.IntegerField(null=True, blank=True)
+    local_rank = models.IntegerField(null=True, blank=True)
+    world_size = models.IntegerField(null=True, blank=True)
+    pid = models.IntegerField(null=True, blank=True)
+    host = models.CharField(max_length=255, blank=True)
+    started_at = models.DateTimeField()
+    last_seen_at = models.DateTimeField()
+    ended_at = models.DateTimeField(null=True, blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
+    step_count = models.BigIntegerField(default=0)
+    dropped = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["run", "agent_id"], name="runprocess_unique")
+        ]
+
+
+class Device(models.Model):
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="devices")
+    key = models.CharField(max_length=32)  # "gpu:0", as in the metrics' `device`
+    kind = models.CharField(max_length=16, blank=True)
+    index = models.IntegerField(null=True, blank=True)
+    name = models.CharField(max_length=200, blank=True)
+    uuid = models.CharField(max_length=100, blank=True)
+    memory_total = models.BigIntegerField(null=True, blank=True)
+    power_limit = models.FloatField(null=True, blank=True)
+    extra = models.JSONField(default=dict, blank=True)  # any other fields the agent sent
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "key"], name="device_unique")]
+
+
+class BatchReceipt(models.Model):
+    """(run, agent, seq) of every stored batch: the idempotency key, written in the same
+    transaction as the batch's data."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="receipts")
+    agent_id = models.CharField(max_length=64)
+    seq = models.BigIntegerField()
+    samples = models.IntegerField()
+    received_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["run", "agent_id", "seq"], name="receipt_unique")
+        ]

@@ -1,0 +1,237 @@
+"""The ingest request bodies of docs/protocol.md, checked whole before anything is stored."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from agent import protocol
+from perfweb.runs.fields import (
+    Invalid,
+    flat_dict,
+    integer,
+    numbers,
+    obj,
+    same_length,
+    string,
+    times,
+    unix_time,
+)
+from perfweb.series.services import Samples
+
+MAX_SERIES_PER_BATCH = 10_000
+MAX_DEVICES = 1_000
+MAX_TAGS_OR_FACTS = 10_000
+
+
+@dataclass
+class DeviceInfo:
+    key: str
+    kind: str
+    index: int | None
+    name: str
+    uuid: str
+    memory_total: int | None
+    power_limit: float | None
+    extra: dict[str, Any]
+
+
+@dataclass
+class StartRequest:
+    run_id: str
+    agent_id: str
+    name: str
+    role: str
+    command: list[str]
+    cwd: str
+    host: str
+    pid: int | None
+    rank: int | None
+    local_rank: int | None
+    world_size: int | None
+    started_at: float
+    tags: dict[str, Any]
+    facts: dict[str, Any]
+    devices: list[DeviceInfo]
+
+
+@dataclass
+class BatchRequest:
+    run_id: str
+    agent_id: str
+    seq: int
+    samples: list[Samples]
+    step_count: int
+    facts: dict[str, Any]
+    devices: list[DeviceInfo]
+    dropped: int
+    sample_count: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.sample_count = sum(len(s.t) for s in self.samples)
+
+
+@dataclass
+class FinishRequest:
+    run_id: str
+    agent_id: str
+    ended_at: float | None
+    exit_code: int | None
+    final: bool
+
+
+def _ids(body: dict[str, Any]) -> tuple[str, str]:
+    run_id = string(body, "run_id", pattern=protocol.RUN_ID_RE)
+    agent_id = string(body, "agent_id", pattern=protocol.AGENT_ID_RE)
+    assert run_id is not None and agent_id is not None
+    return run_id, agent_id
+
+
+def parse_start(body: Any) -> StartRequest:
+    body = obj(body, "the body")
+    run_id, agent_id = _ids(body)
+    role = string(body, "role", required=False) or protocol.ROLE_WORKER
+    if role not in protocol.ROLES:
+        raise Invalid(f"role is not one of {', '.join(protocol.ROLES)}")
+    command = body.get("command") or []
+    if not isinstance(command, list) or not all(isinstance(a, str) for a in command):
+        raise Invalid("command is not an array of strings")
+    return StartRequest(
+        run_id=run_id,
+        agent_id=agent_id,
+        name=string(body, "name", required=False, max_length=200) or "",
+        role=role,
+        command=command,
+        cwd=string(body, "cwd", required=False) or "",
+        host=string(body, "host", required=False, max_length=255) or "",
+        pid=integer(body, "pid"),
+        rank=integer(body, "rank", minimum=0),
+        local_rank=integer(body, "local_rank", minimum=0),
+        world_size=integer(body, "world_size", minimum=1),
+        started_at=unix_time(body, "started_at", required=True) or 0.0,
+        tags=_bounded(flat_dict(body, "tags"), "tags"),
+        facts=_bounded(flat_dict(body, "facts"), "facts"),
+        devices=_devices(body.get("devices")),
+    )
+
+
+def parse_batch(body: Any) -> BatchRequest:
+    body = obj(body, "the body")
+    run_id, agent_id = _ids(body)
+    seq = integer(body, "seq", required=True, minimum=0)
+    unix_time(body, "sent_at")
+    samples = _metrics(body.get("metrics"))
+    step_count = 0
+    if body.get("steps") is not None:
+        step_samples, step_count = _steps(obj(body["steps"], "steps"))
+        samples.extend(step_samples)
+    return BatchRequest(
+        run_id=run_id,
+        agent_id=agent_id,
+        seq=seq or 0,
+        samples=samples,
+        step_count=step_count,
+        facts=_bounded(flat_dict(body, "facts"), "facts"),
+        devices=_devices(body.get("devices")),
+        dropped=integer(body, "dropped", minimum=0) or 0,
+    )
+
+
+def parse_heartbeat(body: Any) -> tuple[str, str]:
+    body = obj(body, "the body")
+    unix_time(body, "sent_at")
+    return _ids(body)
+
+
+def parse_finish(body: Any) -> FinishRequest:
+    body = obj(body, "the body")
+    run_id, agent_id = _ids(body)
+    final = body.get("final", False)
+    if not isinstance(final, bool):
+        raise Invalid("final is not true or false")
+    return FinishRequest(
+        run_id=run_id,
+        agent_id=agent_id,
+        ended_at=unix_time(body, "ended_at"),
+        exit_code=integer(body, "exit_code"),
+        final=final,
+    )
+
+
+def _metrics(value: Any) -> list[Samples]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise Invalid("metrics is not an array")
+    if len(value) > MAX_SERIES_PER_BATCH:
+        raise Invalid(f"metrics has more than {MAX_SERIES_PER_BATCH} entries")
+    samples = []
+    for i, item in enumerate(value):
+        path = f"metrics[{i}]."
+        item = obj(item, f"metrics[{i}]")
+        device = string(item, "device", path=path, pattern=protocol.DEVICE_RE)
+        name = string(item, "name", path=path, pattern=protocol.METRIC_NAME_RE)
+        t = times(item.get("t"), f"{path}t")
+        v = numbers(item.get("v"), f"{path}v")
+        same_length({"t": t, "v": v}, path)
+        assert device is not None and name is not None
+        samples.append(Samples(device=device, name=name, t=t, v=v))
+    return samples
+
+
+def _steps(steps: dict[str, Any]) -> tuple[list[Samples], int]:
+    rank = integer(steps, "rank", path="steps.", minimum=0)
+    arrays = {
+        "index": numbers(steps.get("index"), "steps.index", integers=True),
+        "t": times(steps.get("t"), "steps.t"),
+        "duration": numbers(steps.get("duration"), "steps.duration"),
+        "data_wait": numbers(steps.get("data_wait"), "steps.data_wait"),
+    }
+    count = same_length(arrays, "steps.")
+    for name in ("index", "duration", "data_wait"):
+        negative = arrays[name] < 0
+        if negative.any():
+            raise Invalid(f"steps.{name}[{int(np.argmax(negative))}] is negative")
+    device = protocol.rank_device(rank)
+    t = arrays["t"]
+    return [
+        Samples(device=device, name=protocol.STEP_DURATION, t=t, v=arrays["duration"]),
+        Samples(device=device, name=protocol.STEP_DATA_WAIT, t=t, v=arrays["data_wait"]),
+    ], count
+
+
+def _devices(value: Any) -> list[DeviceInfo]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise Invalid("devices is not an array")
+    if len(value) > MAX_DEVICES:
+        raise Invalid(f"devices has more than {MAX_DEVICES} entries")
+    return [_device(obj(item, f"devices[{i}]"), f"devices[{i}].") for i, item in enumerate(value)]
+
+
+def _device(item: dict[str, Any], path: str) -> DeviceInfo:
+    power_limit = item.get("power_limit")
+    if power_limit is not None and type(power_limit) not in (int, float):
+        raise Invalid(f"{path}power_limit is not a number")
+    known = {"key", "kind", "index", "name", "uuid", "memory_total", "power_limit"}
+    key = string(item, "key", path=path, pattern=protocol.DEVICE_RE)
+    assert key is not None
+    return DeviceInfo(
+        key=key,
+        kind=string(item, "kind", path=path, required=False, max_length=16) or "",
+        index=integer(item, "index", path=path, minimum=0),
+        name=string(item, "name", path=path, required=False, max_length=200) or "",
+        uuid=string(item, "uuid", path=path, required=False, max_length=100) or "",
+        memory_total=integer(item, "memory_total", path=path, minimum=0),
+        power_limit=float(power_limit) if power_limit is not None else None,
+        extra={k: v for k, v in item.items() if k not in known},
+    )
+
+
+def _bounded(value: dict[str, Any], name: str) -> dict[str, Any]:
+    if len(value) > MAX_TAGS_OR_FACTS:
+        raise Invalid(f"{name} has more than {MAX_TAGS_OR_FACTS} keys")
+    return value

@@ -1,0 +1,225 @@
+"""Writes of the run lifecycle: start, batch, heartbeat, finish, and the lost-run sweep.
+
+Status moves: running → finished | failed (a final finish) and running → lost (the sweep).
+A lost run that reports again is running again; a finished or failed run stays so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from django.db import IntegrityError, transaction
+from django.db.models import F
+from django.db.models.functions import Greatest
+from django.utils import timezone
+
+from perfweb.projects.models import Project
+from perfweb.runs.models import BatchReceipt, Device, Run, RunProcess
+from perfweb.runs.schemas import BatchRequest, DeviceInfo, FinishRequest, StartRequest
+from perfweb.series.services import series_append
+
+
+class RunNotFound(Exception):
+    """No run with that run_id in the caller's project."""
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    duplicate: bool
+    samples: int
+    steps: int
+
+
+def to_datetime(seconds: float) -> datetime:
+    return datetime.fromtimestamp(seconds, tz=UTC)
+
+
+@transaction.atomic
+def run_start(*, project: Project, request: StartRequest) -> Run:
+    """Registers the run (idempotent on run_id) and the calling process within it."""
+    now = timezone.now()
+    started_at = to_datetime(request.started_at)
+    run = Run.objects.select_for_update().filter(run_id=request.run_id).first()
+    if run is None:
+        run = _run_create(project=project, request=request, now=now)
+    elif run.project_id != project.id:
+        raise RunNotFound(request.run_id)
+    else:
+        _run_merge(run=run, request=request, now=now)
+    RunProcess.objects.update_or_create(
+        run=run,
+        agent_id=request.agent_id,
+        defaults={
+            "role": request.role,
+            "rank": request.rank,
+            "local_rank": request.local_rank,
+            "world_size": request.world_size,
+            "pid": request.pid,
+            "host": request.host,
+            "last_seen_at": now,
+        },
+        create_defaults={
+            "role": request.role,
+            "rank": request.rank,
+            "local_rank": request.local_rank,
+            "world_size": request.world_size,
+            "pid": request.pid,
+            "host": request.host,
+            "started_at": started_at,
+            "last_seen_at": now,
+        },
+    )
+    devices_upsert(run=run, devices=request.devices)
+    return run
+
+
+def _run_create(*, project: Project, request: StartRequest, now: datetime) -> Run:
+    try:
+        with transaction.atomic():
+            return Run.objects.create(
+                project=project,
+                run_id=request.run_id,
+                name=request.name or request.run_id,
+                command=request.command,
+                cwd=request.cwd,
+                host=request.host,
+                started_at=to_datetime(request.started_at),
+                last_seen_at=now,
+                facts=request.facts,
+                tags=request.tags,
+            )
+    except IntegrityError:  # another process of the run started it at the same moment
+        run = Run.objects.select_for_update().get(run_id=request.run_id)
+        if run.project_id != project.id:
+            raise RunNotFound(request.run_id) from None
+        _run_merge(run=run, request=request, now=now)
+        return run
+
+
+def _run_merge(*, run: Run, request: StartRequest, now: datetime) -> None:
+    # The launcher knows the real command line; a worker's start fills only what is blank.
+    launcher = request.role == "launcher"
+    if request.name and (launcher or run.name == run.run_id):
+        run.name = request.name
+    for field in ("command", "cwd", "host"):
+        if getattr(request, field) and (launcher or not getattr(run, field)):
+            setattr(run, field, getattr(request, field))
+    run.started_at = min(run.started_at, to_datetime(request.started_at))
+    run.facts = {**run.facts, **request.facts}
+    run.tags = {**run.tags, **request.tags}
+    run.last_seen_at = now
+    if run.status == Run.LOST:
+        run.status = Run.RUNNING
+    run.save()
+
+
+def batch_store(*, project: Project, request: BatchRequest) -> BatchResult:
+    """Stores the batch once: its receipt and its data commit together or not at all."""
+    with transaction.atomic():
+        run = _run_for(project=project, run_id=request.run_id)
+        try:
+            with transaction.atomic():
+                BatchReceipt.objects.create(
+                    run=run,
+                    agent_id=request.agent_id,
+                    seq=request.seq,
+                    samples=request.sample_count,
+                )
+        except IntegrityError:
+            return BatchResult(duplicate=True, samples=0, steps=0)
+        stored = series_append(run=run, samples=request.samples)
+        process = _process_seen(run=run, request=request)
+        _run_seen(run=run, facts=request.facts, step_count=process.step_count)
+        devices_upsert(run=run, devices=request.devices)
+    return BatchResult(duplicate=False, samples=stored, steps=request.step_count)
+
+
+def _process_seen(*, run: Run, request: BatchRequest) -> RunProcess:
+    now = timezone.now()
+    updated = RunProcess.objects.filter(run=run, agent_id=request.agent_id).update(
+        last_seen_at=now,
+        step_count=F("step_count") + request.step_count,
+        dropped=Greatest(F("dropped"), request.dropped),
+    )
+    if not updated:  # an agent whose start we never saw
+        RunProcess.objects.create(
+            run=run,
+            agent_id=request.agent_id,
+            role="worker",
+            started_at=now,
+            last_seen_at=now,
+            step_count=request.step_count,
+            dropped=request.dropped,
+        )
+    return RunProcess.objects.only("step_count").get(run=run, agent_id=request.agent_id)
+
+
+def _run_seen(*, run: Run, facts: dict[str, object] | None = None, step_count: int = 0) -> None:
+    changes: dict[str, object] = {
+        "last_seen_at": timezone.now(),
+        "step_count": Greatest(F("step_count"), step_count),
+    }
+    if facts:
+        # The run row is locked (select_for_update in _run_for), so this read-merge-write
+        # does not lose another process's facts.
+        changes["facts"] = {**Run.objects.values_list("facts", flat=True).get(id=run.id), **facts}
+    Run.objects.filter(id=run.id).update(**changes)
+    Run.objects.filter(id=run.id, status=Run.LOST).update(status=Run.RUNNING)
+
+
+def _run_for(*, project: Project, run_id: str) -> Run:
+    run = Run.objects.select_for_update().filter(run_id=run_id, project=project).first()
+    if run is None:
+        raise RunNotFound(run_id)
+    return run
+
+
+def run_heartbeat(*, project: Project, run_id: str, agent_id: str) -> None:
+    with transaction.atomic():
+        run = _run_for(project=project, run_id=run_id)
+        RunProcess.objects.filter(run=run, agent_id=agent_id).update(last_seen_at=timezone.now())
+        _run_seen(run=run)
+
+
+def run_finish(*, project: Project, request: FinishRequest) -> Run:
+    """The process has ended; a final finish ends the run. Idempotent."""
+    now = timezone.now()
+    ended_at = to_datetime(request.ended_at) if request.ended_at is not None else now
+    with transaction.atomic():
+        run = _run_for(project=project, run_id=request.run_id)
+        RunProcess.objects.filter(run=run, agent_id=request.agent_id, ended_at=None).update(
+            ended_at=ended_at, exit_code=request.exit_code, last_seen_at=now
+        )
+        Run.objects.filter(id=run.id).update(last_seen_at=now)
+        if request.final:
+            status = Run.FINISHED if request.exit_code == 0 else Run.FAILED
+            Run.objects.filter(id=run.id).exclude(status__in=(Run.FINISHED, Run.FAILED)).update(
+                status=status, exit_code=request.exit_code, ended_at=ended_at
+            )
+        run.refresh_from_db()
+    return run
+
+
+def runs_mark_lost(*, silent_for: float, now: datetime | None = None) -> int:
+    """Marks running runs whose agents have all been silent for `silent_for` seconds as lost;
+    returns how many."""
+    cutoff = (now or timezone.now()) - timedelta(seconds=silent_for)
+    return Run.objects.filter(status=Run.RUNNING, last_seen_at__lt=cutoff).update(status=Run.LOST)
+
+
+def devices_upsert(*, run: Run, devices: list[DeviceInfo]) -> None:
+    for device in devices:
+        Device.objects.update_or_create(
+            run=run,
+            key=device.key,
+            defaults={
+                "kind": device.kind or device.key.split(":")[0],
+                "index": device.index,
+                "name": device.name,
+                "uuid": device.uuid,
+                "memory_total": device.memory_total,
+                "power_limit": device.power_limit,
+                "extra": device.extra,
+            },
+        )

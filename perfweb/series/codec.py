@@ -1,0 +1,112 @@
+"""Packing of a chunk's samples into bytes, and the min/max rollups beside them.
+
+`data`: times and values as float64 bit patterns, made small before zlib:
+- times: delta-of-delta of the bit patterns. For Unix seconds between 2004 and 2038 the
+  exponent is fixed, so the pattern grows with the time and the second difference is the
+  sampling jitter in units of 2^-22 s; exact, sub-microsecond digits included.
+- values: when every value is a decimal with at most 6 digits after the point (utilisation,
+  bytes, watts in mW steps, clocks — what agents send), the differences of the scaled
+  integers; otherwise each value's bits XORed with the one before. Decoding checks nothing:
+  encode only takes the decimal path when dividing back gives the very same doubles.
+Both are byte-shuffled (all first bytes, then all second bytes, …) so that zlib sees long
+runs. Integer arithmetic wraps in numpy, and decoding inverts it exactly: lossless.
+
+Rollups are raw little-endian float64 (t, v) pairs: small, and a read decodes all of them at
+once with one `np.frombuffer` over the joined blobs.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+
+CHUNK_SAMPLES = 8192  # samples per compacted chunk
+FINE_BUCKET = 64  # rollup_fine: min and max of every 64 samples
+COARSE_BUCKET = 1024  # rollup_coarse: of every 1024
+PLAIN = 0  # ingest's format: the float64s as they are, lightly compressed (cheapest to write)
+PACKED = 1  # compaction's format: transformed as above, then compressed hard
+XOR_VALUES = 255  # the values byte when values are XORed instead of scaled
+MAX_DECIMALS = 6
+
+
+def encode_plain(*, t: np.ndarray, v: np.ndarray) -> bytes:
+    """Sorted float64 arrays of equal length, for a batch's small chunk: fast to write,
+    rewritten packed by compaction."""
+    return bytes((PLAIN, 0)) + zlib.compress(t.tobytes() + v.tobytes(), 1)
+
+
+def encode(*, t: np.ndarray, v: np.ndarray, level: int = 6) -> bytes:
+    """Packs sorted float64 arrays of equal length; `level` is zlib's (1 fast, 9 small)."""
+    bits = t.view(np.int64)
+    second_difference = np.diff(np.diff(bits, prepend=np.int64(0)), prepend=np.int64(0))
+    decimals, value_words = _value_words(v)
+    packed = _shuffle(second_difference) + _shuffle(value_words)
+    return bytes((PACKED, decimals)) + zlib.compress(packed, level)
+
+
+def decode(*, blob: bytes, count: int) -> tuple[np.ndarray, np.ndarray]:
+    raw = zlib.decompress(memoryview(blob)[2:])
+    if blob[0] == PLAIN:
+        both = np.frombuffer(raw, dtype=np.float64)
+        return both[:count], both[count:]
+    decimals = blob[1]
+    second_difference = _unshuffle(raw[: 8 * count], count)
+    value_words = _unshuffle(raw[8 * count :], count)
+    t = np.cumsum(np.cumsum(second_difference)).view(np.float64)
+    if decimals == XOR_VALUES:
+        v = np.bitwise_xor.accumulate(value_words).view(np.float64)
+    else:
+        v = np.cumsum(value_words) / float(10**decimals)
+    return t, v
+
+
+def _value_words(v: np.ndarray) -> tuple[int, np.ndarray]:
+    """(decimals, differences of v·10^decimals) when that is exact, else (XOR_VALUES, …)."""
+    largest = float(np.abs(v).max()) if len(v) else 0.0
+    for decimals in range(MAX_DECIMALS + 1):
+        scale = float(10**decimals)
+        if largest * scale < 2.0**52:
+            scaled = np.round(v * scale)
+            if np.array_equal(scaled / scale, v):
+                return decimals, np.diff(scaled.astype(np.int64), prepend=np.int64(0))
+    bits = v.view(np.int64)
+    return XOR_VALUES, bits ^ np.concatenate(([np.int64(0)], bits[:-1]))
+
+
+def rollup(*, t: np.ndarray, v: np.ndarray, bucket: int) -> bytes | None:
+    """The (t, v) of the minimum and the maximum of every `bucket` samples, in time order;
+    None when that would not be much smaller than the samples themselves."""
+    if len(t) < 4 * bucket:
+        return None
+    index = _extreme_indexes(v, bucket)
+    return pack_points(t=t[index], v=v[index])
+
+
+def pack_points(*, t: np.ndarray, v: np.ndarray) -> bytes:
+    return np.column_stack((t, v)).astype("<f8").tobytes()
+
+
+def unpack_points(blobs: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
+    pairs = np.frombuffer(b"".join(blobs), dtype="<f8").reshape(-1, 2)
+    return pairs[:, 0], pairs[:, 1]
+
+
+def _extreme_indexes(v: np.ndarray, bucket: int) -> np.ndarray:
+    whole = len(v) // bucket * bucket
+    grid = v[:whole].reshape(-1, bucket)
+    offsets = np.arange(0, whole, bucket)
+    parts = [grid.argmin(axis=1) + offsets, grid.argmax(axis=1) + offsets]
+    if whole < len(v):
+        tail = v[whole:]
+        parts.append(np.array([whole + tail.argmin(), whole + tail.argmax()]))
+    return np.unique(np.concatenate(parts))
+
+
+def _shuffle(words: np.ndarray) -> bytes:
+    return words.astype("<i8").view(np.uint8).reshape(-1, 8).T.tobytes()
+
+
+def _unshuffle(raw: bytes, count: int) -> np.ndarray:
+    planes = np.frombuffer(raw, dtype=np.uint8).reshape(8, count)
+    return np.ascontiguousarray(planes.T).view("<i8").reshape(count).astype(np.int64)

@@ -1,0 +1,137 @@
+"""Settings, read from the environment (see perfweb/env.py; every bad value fails loudly).
+
+DATABASE_URL   postgresql://user:pass@host:5432/name or sqlite:///path
+               (default: SQLite file $PERFWEB_DATA_DIR/perfweb.sqlite3)
+REDIS_URL      Celery broker and results; unset: kombu's filesystem transport under the
+               data directory, so the one-command mode needs no Redis
+SECRET_KEY     required unless DEBUG
+ALLOWED_HOSTS  comma-separated (default: localhost,127.0.0.1 — and * under DEBUG)
+DEBUG          true/false (default false)
+PERFWEB_DATA_DIR    where SQLite, the embedded broker and beat's schedule live (default .data/)
+PERFWEB_LOST_AFTER  seconds of agent silence after which a running run is marked lost (120)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from perfweb.env import (
+    database_from_url,
+    env_bool,
+    env_list,
+    env_seconds,
+    env_str,
+    sqlite_database,
+)
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+DATA_DIR = Path(env_str("PERFWEB_DATA_DIR", default=str(BASE_DIR / ".data"))).resolve()
+DATA_DIR.mkdir(parents=True, exist_ok=True)
+
+DEBUG = env_bool("DEBUG", default=False)
+SECRET_KEY = env_str("SECRET_KEY", default="insecure-debug-only-key" if DEBUG else None)
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", default=["*"] if DEBUG else ["localhost", "127.0.0.1"])
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", default=[])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "perfweb.projects",
+    "perfweb.runs",
+    "perfweb.series",
+    "perfweb.api",
+    "perfweb.dashboard",
+    "perfweb.alerts",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "perfweb.urls"
+WSGI_APPLICATION = "perfweb.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+
+_database_url = env_str("DATABASE_URL", default="")
+DATABASES = {
+    "default": database_from_url(_database_url)
+    if _database_url
+    else sqlite_database(path=DATA_DIR / "perfweb.sqlite3")
+}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS: list[dict[str, str]] = []
+LOGIN_URL = "/login/"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "/login/"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "/static/"
+STATIC_ROOT = DATA_DIR / "static"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+# Serve straight from the apps' static/ folders too, so runserver and a fresh checkout need
+# no collectstatic step.
+WHITENOISE_USE_FINDERS = True
+
+# The ingest view reads the raw body itself (gzip, 413 by its own limits).
+DATA_UPLOAD_MAX_MEMORY_SIZE = None
+
+PERFWEB_LOST_AFTER = env_seconds("PERFWEB_LOST_AFTER", default=120.0)
+
+# Celery (perfweb/celery.py reads the CELERY_* names).
+REDIS_URL = env_str("REDIS_URL", default="")
+CELERY_BROKER_URL = REDIS_URL or "filesystem://"
+CELERY_RESULT_BACKEND = REDIS_URL or None
+CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = (
+    # Above the longest task's time limit, so Redis redelivers only tasks whose worker died.
+    {"visibility_timeout": 3600}
+    if REDIS_URL
+    else {
+        "data_folder_in": str(DATA_DIR / "broker" / "queue"),
+        "data_folder_out": str(DATA_DIR / "broker" / "queue"),
+        "control_folder": str(DATA_DIR / "broker" / "control"),
+        "store_processed": False,
+    }
+)
+CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": "INFO"},
+    "loggers": {"django.db.backends": {"level": "INFO"}},
+}

@@ -1,0 +1,10 @@
+from __future__ import annotations
+
+from django.contrib import admin
+from django.urls import include, path
+
+urlpatterns = [
+    path("api/v1/", include("perfweb.api.urls")),
+    path("admin/", admin.site.urls),
+    path("", include("perfweb.dashboard.urls")),
+]
