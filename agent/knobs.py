@@ -212,12 +212,11 @@ def apply_from_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
         settings = knobs_from_env(environ)
     except KnobError as error:
         return {"*": f"error: {error}"}
-    if not settings:
-        return {}
     try:
-        from agent import knobs_torch
+        from agent import abprobe, knobs_torch
 
-        return knobs_torch.install(settings)
+        abprobe.install_from_env()  # only inside an A/B round
+        return knobs_torch.install(settings) if settings else {}
     except Exception as error:  # the agent never raises into user code
         return {"*": f"error: {type(error).__name__}: {error}"}
 

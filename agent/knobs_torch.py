@@ -43,11 +43,16 @@ def install(settings: dict[str, KnobValue]) -> dict[str, str]:
     _apply_environment(settings)
     torch_settings = {k: v for k, v in settings.items() if k != "expandable_segments"}
     if torch_settings:
-        if "torch" in sys.modules:
-            _apply_torch(sys.modules["torch"], torch_settings)
-        else:
-            sys.meta_path.insert(0, _PostImport("torch", lambda t: _apply_torch(t, torch_settings)))
+        after_torch_import(lambda torch: _apply_torch(torch, torch_settings))
     return status()
+
+
+def after_torch_import(callback: Callable[[types.ModuleType], None]) -> None:
+    """Call `callback(torch)` now if the script imported torch, else right after it does."""
+    if "torch" in sys.modules:
+        callback(sys.modules["torch"])
+    else:
+        sys.meta_path.insert(0, _PostImport("torch", callback))
 
 
 def _apply_environment(settings: dict[str, KnobValue]) -> None:
@@ -211,11 +216,16 @@ def _apply_tf32(torch: Any, settings: dict[str, KnobValue]) -> str:
 
 
 def _apply_empty_cache_off(torch: Any, settings: dict[str, KnobValue]) -> str:
-    def empty_cache() -> None:
+    def empty_cache(*_args: Any, **_kwargs: Any) -> None:
         """perf-agent knob empty_cache=off: the cache is kept."""
 
-    torch.cuda.empty_cache = empty_cache
-    torch.cuda.memory.empty_cache = empty_cache
+    # Replace the primitive under torch.cuda.empty_cache, so that wrappers around the public
+    # function (the agent's call counter) keep counting the script's calls.
+    if hasattr(torch._C, "_cuda_emptyCache"):
+        torch._C._cuda_emptyCache = empty_cache
+    else:  # a CPU-only build: nothing to free, keep the public function harmless too
+        torch.cuda.empty_cache = empty_cache
+        torch.cuda.memory.empty_cache = empty_cache
     return "applied"
 
 

@@ -1,0 +1,161 @@
+"""Statistics of an A/B measurement: medians, speedup, bootstrap CI, verdict, loss parity.
+
+Stdlib only (it runs on the training host next to the user's job). The bootstrap is
+two-level: it resamples rounds (each round holds one baseline and one candidate arm, run back
+to back), then steps within each chosen arm. Resampling rounds carries the between-round
+drift of a shared machine into the interval, so a knob that does nothing is not declared
+faster because one round happened to run while something else was busy.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+
+FASTER = "faster"
+SLOWER = "slower"
+NO_DIFFERENCE = "no measurable difference"
+
+# A difference smaller than this is within what interleaved rounds on a shared host can
+# resolve, whatever the interval says: 2% of step time.
+MIN_EFFECT = 0.02
+# Relative difference of the candidate's loss from the baseline's that still counts as parity.
+LOSS_TOLERANCE = 0.05
+
+
+@dataclass
+class Round:
+    """One round: the kept (post-warm-up) step times of each arm, in seconds."""
+
+    baseline: list[float]
+    candidate: list[float]
+    baseline_loss: list[float] = field(default_factory=list)
+    candidate_loss: list[float] = field(default_factory=list)
+
+
+@dataclass
+class LossParity:
+    """Whether the candidate's loss stayed within tolerance of the baseline's."""
+
+    visible: bool
+    baseline_loss: float | None = None
+    candidate_loss: float | None = None
+    relative_difference: float | None = None
+    tolerance: float = LOSS_TOLERANCE
+    within_tolerance: bool | None = None
+    note: str = ""
+
+
+@dataclass
+class Comparison:
+    """The result of an A/B measurement; `speedup` > 1 means the candidate is faster."""
+
+    baseline_step_s: float
+    candidate_step_s: float
+    speedup: float
+    ci_low: float
+    ci_high: float
+    verdict: str
+    measured_gain: float  # fraction of step time recovered: 1 - candidate / baseline
+    rounds: int
+    steps_per_arm: int
+    loss_parity: LossParity
+
+    def to_dict(self) -> dict:
+        """JSON-ready form (the `perf-agent ab --format json` and job result shape)."""
+        return asdict(self)
+
+
+def speedup_of(baseline: Sequence[float], candidate: Sequence[float]) -> float:
+    """Median baseline step time over median candidate step time."""
+    return statistics.median(baseline) / statistics.median(candidate)
+
+
+def bootstrap_ci(
+    rounds: Sequence[Round], *, resamples: int = 2000, level: float = 0.95, seed: int = 0
+) -> tuple[float, float]:
+    """Percentile interval of the speedup under two-level (round, then step) resampling."""
+    rng = random.Random(seed)
+    estimates: list[float] = []
+    for _ in range(resamples):
+        picked = [rounds[rng.randrange(len(rounds))] for _ in rounds]
+        baseline: list[float] = []
+        candidate: list[float] = []
+        for chosen in picked:
+            baseline.extend(rng.choices(chosen.baseline, k=len(chosen.baseline)))
+            candidate.extend(rng.choices(chosen.candidate, k=len(chosen.candidate)))
+        estimates.append(speedup_of(baseline, candidate))
+    estimates.sort()
+    tail = (1.0 - level) / 2.0
+    return _quantile(estimates, tail), _quantile(estimates, 1.0 - tail)
+
+
+def _quantile(ordered: Sequence[float], q: float) -> float:
+    position = q * (len(ordered) - 1)
+    lower = math.floor(position)
+    upper = min(lower + 1, len(ordered) - 1)
+    return ordered[lower] + (ordered[upper] - ordered[lower]) * (position - lower)
+
+
+def verdict_of(speedup: float, ci_low: float, ci_high: float, *, min_effect: float) -> str:
+    """faster / slower only when the whole interval is on one side of 1 and the effect is
+    at least `min_effect`; otherwise no measurable difference."""
+    if ci_low > 1.0 and speedup >= 1.0 + min_effect:
+        return FASTER
+    if ci_high < 1.0 and speedup <= 1.0 / (1.0 + min_effect):
+        return SLOWER
+    return NO_DIFFERENCE
+
+
+def loss_parity(rounds: Sequence[Round], *, tolerance: float = LOSS_TOLERANCE) -> LossParity:
+    """Compare the median loss over the same step window of both arms."""
+    baseline = [x for r in rounds for x in r.baseline_loss if math.isfinite(x)]
+    candidate = [x for r in rounds for x in r.candidate_loss if math.isfinite(x)]
+    if not baseline or not candidate:
+        return LossParity(visible=False, tolerance=tolerance, note="loss not visible")
+    base, cand = statistics.median(baseline), statistics.median(candidate)
+    scale = max(abs(base), 1e-12)
+    difference = abs(cand - base) / scale
+    return LossParity(
+        visible=True,
+        baseline_loss=base,
+        candidate_loss=cand,
+        relative_difference=difference,
+        tolerance=tolerance,
+        within_tolerance=difference <= tolerance,
+        note="median loss over the measured steps",
+    )
+
+
+def compare(
+    rounds: Sequence[Round],
+    *,
+    min_effect: float = MIN_EFFECT,
+    loss_tolerance: float = LOSS_TOLERANCE,
+    resamples: int = 2000,
+    seed: int = 0,
+) -> Comparison:
+    """Medians, speedup, 95% CI and verdict of complete rounds (each arm non-empty)."""
+    usable = [r for r in rounds if r.baseline and r.candidate]
+    if not usable:
+        raise ValueError("no round has step times for both arms")
+    baseline = [x for r in usable for x in r.baseline]
+    candidate = [x for r in usable for x in r.candidate]
+    speedup = speedup_of(baseline, candidate)
+    ci_low, ci_high = bootstrap_ci(usable, resamples=resamples, seed=seed)
+    base_median, cand_median = statistics.median(baseline), statistics.median(candidate)
+    return Comparison(
+        baseline_step_s=base_median,
+        candidate_step_s=cand_median,
+        speedup=speedup,
+        ci_low=ci_low,
+        ci_high=ci_high,
+        verdict=verdict_of(speedup, ci_low, ci_high, min_effect=min_effect),
+        measured_gain=1.0 - cand_median / base_median,
+        rounds=len(usable),
+        steps_per_arm=min(len(r.baseline) for r in usable),
+        loss_parity=loss_parity(usable, tolerance=loss_tolerance),
+    )

@@ -1,0 +1,76 @@
+"""The A/B engine's plumbing, against a stand-in for `perf-agent attach --offline`."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from agent.ab import BASELINE, CANDIDATE, AbCancelled, AbError, AbPlan, read_step_durations, run_ab
+
+FAKE = [sys.executable, str(Path(__file__).with_name("fake_attach.py"))]
+
+
+def _plan(**env: str) -> AbPlan:
+    return AbPlan(
+        command=["python", "train.py"],
+        knobs={"num_workers": 2},
+        rounds=3,
+        steps=8,
+        warmup=2,
+        env={**os.environ, **env},
+    )
+
+
+def test_it_interleaves_rounds_and_measures_a_speedup() -> None:
+    arms = []
+    result = run_ab(_plan(FAKE_STEP_S="0.004", FAKE_SPEEDUP="2"), on_arm=arms.append, launcher=FAKE)
+    assert [a.arm for a in arms] == [BASELINE, CANDIDATE] * 3
+    assert [a.round for a in arms] == [1, 1, 2, 2, 3, 3]
+    assert all(len(a.step_s) == 8 for a in arms)  # 10 steps run, 2 warm-up steps dropped
+    assert result.verdict == "faster" and 1.8 < result.speedup < 2.2 and result.ci_low > 1
+    assert result.loss_parity.note == "loss not visible"
+
+
+def test_it_compares_the_loss_when_the_round_records_it() -> None:
+    result = run_ab(_plan(FAKE_LOSS="0.5"), launcher=FAKE)
+    assert result.loss_parity.visible and result.loss_parity.within_tolerance
+
+
+def test_a_failing_workload_is_an_error_with_its_last_line() -> None:
+    with pytest.raises(AbError, match="baseline of round 1 exited 3: boom: the workload failed"):
+        run_ab(_plan(FAKE_EXIT="3"), launcher=FAKE)
+
+
+def test_it_refuses_knobs_off_the_closed_list() -> None:
+    with pytest.raises(ValueError, match='unknown knob "shell"'):
+        AbPlan(command=["python", "x.py"], knobs={"shell": "rm -rf /"})
+
+
+def test_cancelling_kills_the_workload_group(tmp_path: Path) -> None:
+    pidfile = tmp_path / "pids"
+    cancel = threading.Event()
+    threading.Timer(1.0, cancel.set).start()
+    with pytest.raises(AbCancelled):
+        run_ab(_plan(FAKE_HANG="1", FAKE_PIDFILE=str(pidfile)), launcher=FAKE, cancelled=cancel)
+    pid = int(pidfile.read_text().split()[0])
+    time.sleep(0.2)
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+def test_it_reads_the_lowest_rank_in_step_order(tmp_path: Path) -> None:
+    import gzip
+    import json
+
+    folder = tmp_path / "run" / "agent"
+    folder.mkdir(parents=True)
+    for seq, (rank, index, duration) in enumerate([(1, [0], [9.0]), (0, [1, 0], [0.2, 0.1])]):
+        body = {"steps": {"rank": rank, "index": index, "duration": duration}}
+        with gzip.open(folder / f"batch-{seq:08d}.json.gz", "wt") as handle:
+            json.dump(body, handle)
+    assert read_step_durations(str(tmp_path)) == [0.1, 0.2]
