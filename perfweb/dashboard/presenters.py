@@ -14,9 +14,5 @@ def command_line(command: Any) -> str:
     return str(command or "")
 
 
-def run_row(*, run: Any, detail: bool = False) -> dict[str, Any]:
-    from perfweb.runs import selectors  # TEMP: until the read API's serializer lands
-
-    row = dict(selectors.run_detail(run=run) if detail else selectors.run_summary(run=run))
-    row["command_line"] = command_line(row.get("command"))
-    return row
+def with_command_line(row: dict[str, Any]) -> dict[str, Any]:
+    return {**row, "command_line": command_line(row.get("command"))}

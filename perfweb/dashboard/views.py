@@ -16,6 +16,8 @@ from agent.protocol import API_PREFIX
 from perfweb.dashboard import assets, presenters
 from perfweb.dashboard.panels import run_panels
 from perfweb.dashboard.timeline_rows import timeline_rows_config
+from perfweb.runs.selectors import run_detail as run_detail_row
+from perfweb.runs.selectors import run_get_for_user, run_list_for_user
 
 RUNS_ON_PAGE = 100
 
@@ -23,14 +25,12 @@ RUNS_ON_PAGE = 100
 @require_GET
 @login_required
 def runs_list(request: HttpRequest) -> HttpResponse:
-    from perfweb.runs.selectors import run_list_for_user  # TEMP: lands with the server core
-
-    runs = run_list_for_user(user=request.user)[:RUNS_ON_PAGE]
+    runs = run_list_for_user(user=request.user, limit=RUNS_ON_PAGE)
     return render(
         request,
         "dashboard/runs.html",
         {
-            "runs": [presenters.run_row(run=run) for run in runs],
+            "runs": [presenters.with_command_line(run) for run in runs],
             "server_url": request.build_absolute_uri("/").rstrip("/"),
             "plotly_version": assets.plotly_version(),
             "page_config": {
@@ -45,12 +45,10 @@ def runs_list(request: HttpRequest) -> HttpResponse:
 @require_GET
 @login_required
 def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
-    from perfweb.runs.selectors import run_get_for_user  # TEMP: lands with the server core
-
     run = run_get_for_user(user=request.user, run_id=run_id)
     if run is None:
         raise Http404("No such run in your projects.")
-    row = presenters.run_row(run=run, detail=True)
+    row = presenters.with_command_line(run_detail_row(run=run))
     return render(
         request,
         "dashboard/run_detail.html",

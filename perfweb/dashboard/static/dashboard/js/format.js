@@ -31,9 +31,16 @@ window.PerfwebFormat = (function () {
     return unixSeconds === null || unixSeconds === undefined ? "—" : localTime(unixSeconds).slice(0, 16);
   }
 
+  // Like Python's shlex.join, which renders the same command on the server.
+  function shellQuote(part) {
+    const text = String(part);
+    if (text === "") return "''";
+    return /[^\w@%+=:,./-]/.test(text) ? "'" + text.replace(/'/g, "'\"'\"'") + "'" : text;
+  }
+
   function commandLine(command) {
     if (!command) return "";
-    return Array.isArray(command) ? command.join(" ") : String(command);
+    return Array.isArray(command) ? command.map(shellQuote).join(" ") : String(command);
   }
 
   function escapeHtml(text) {

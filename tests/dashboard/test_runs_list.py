@@ -1,0 +1,59 @@
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from tests.dashboard.conftest import login, stream_run
+
+pytestmark = pytest.mark.django_db
+
+
+def test_it_lists_the_owners_runs_with_their_numbers(
+    client: Client, owner: Any, vision_run: str
+) -> None:
+    page = login(client, owner).get("/").content.decode()
+    assert "resnet50-bs256" in page
+    assert f'href="/runs/{vision_run}/"' in page
+    assert "trainer-01" in page
+    assert "python train.py --epochs 3" in page
+    assert "status-running" in page
+    assert 'data-field="steps">30<' in page
+    assert 'data-field="gpus">2<' in page
+    assert 'data-field="gpu-util">80%<' in page or 'data-field="gpu-util">81%<' in page
+
+
+def test_it_lists_the_teams_runs_for_a_teammate(
+    client: Client, teammate: Any, vision_run: str
+) -> None:
+    assert "resnet50-bs256" in login(client, teammate).get("/").content.decode()
+
+
+def test_it_hides_other_projects_runs_from_an_outsider(
+    client: Client, outsider: Any, vision_run: str, speech_run: str
+) -> None:
+    page = login(client, outsider).get("/").content.decode()
+    assert "whisper-tiny" in page
+    assert "resnet50-bs256" not in page
+    assert vision_run not in page
+
+
+def test_it_colours_each_status(client: Client, owner: Any, vision_token: str) -> None:
+    stream_run(vision_token, run_id="ok-run-0001", name="ok", finish_with=0)
+    stream_run(vision_token, run_id="bad-run-0001", name="bad", finish_with=3)
+    page = login(client, owner).get("/").content.decode()
+    assert "status-finished" in page
+    assert "status-failed" in page
+
+
+def test_it_tells_a_newcomer_how_to_attach_an_agent(client: Client, owner: Any) -> None:
+    page = login(client, owner).get("/").content.decode()
+    assert "No runs yet" in page
+    assert "perf-agent attach --server http://testserver --token" in page
+
+
+def test_it_polls_the_read_api_from_the_page(client: Client, owner: Any) -> None:
+    page = login(client, owner).get("/").content.decode()
+    assert '"api": "/api/v1/runs"' in page
+    assert "dashboard/js/runs.js" in page
