@@ -1,0 +1,1 @@
+"""Team alerts: rules per project, evaluated by beat, delivered through small channel modules."""

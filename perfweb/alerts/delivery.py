@@ -1,0 +1,86 @@
+"""Sending one delivery: claim it, call its channel's `send()`, log the attempt, sort the outcome.
+
+A delivery is claimed with a conditional UPDATE that only succeeds while it is neither done
+nor stopped and nobody holds a live claim; so a task that runs twice sends once, and a claim
+left by a killed worker expires (PERFWEB_ALERT_CLAIM_SECONDS) and the beat sweep retries it.
+Transient failures come back after a growing delay; permanent ones stop and are shown on the
+channel.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import datetime, timedelta
+
+from django.db import transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from perfweb.alerts import conf
+from perfweb.alerts.channels import CHANNELS, PermanentError, TransientError
+from perfweb.alerts.models import Channel, Delivery, DeliveryAttempt
+
+BACKOFF_S = (5, 30, 120, 600, 1800)  # after the 1st, 2nd, … transient failure
+MAX_ATTEMPTS = len(BACKOFF_S) + 1
+Enqueue = Callable[[int, float], None]  # (delivery id, countdown seconds)
+
+
+def delivery_claim(*, delivery_id: int, now: datetime) -> bool:
+    expired = now - timedelta(seconds=conf.claim_seconds())
+    claimable = Q(claimed_at=None) | Q(claimed_at__lt=expired)
+    return (
+        Delivery.objects.filter(claimable, id=delivery_id, delivered_at=None, failed_at=None,
+                                due_at__lte=now)
+        .update(claimed_at=now, attempts=F("attempts") + 1)
+        == 1
+    )
+
+
+def delivery_send(*, delivery_id: int, enqueue: Enqueue | None = None) -> str | None:
+    """Sends the delivery if this caller wins the claim; returns the attempt's outcome, or
+    None when there was nothing to do (done, stopped, not due, or claimed by another)."""
+    now = timezone.now()
+    if not delivery_claim(delivery_id=delivery_id, now=now):
+        return None
+    delivery = Delivery.objects.select_related("channel").get(id=delivery_id)
+    channel = delivery.channel
+    started = time.monotonic()
+    retry_after: float | None = None
+    try:
+        detail = CHANNELS[channel.kind].send(config=channel.config, message=delivery.payload)
+        outcome = DeliveryAttempt.OK
+    except TransientError as error:
+        outcome, detail, retry_after = DeliveryAttempt.TRANSIENT, str(error), error.retry_after
+    except PermanentError as error:
+        outcome, detail = DeliveryAttempt.PERMANENT, str(error)
+    except Exception as error:  # a bug in a channel must not lose the message: retry it
+        outcome, detail = DeliveryAttempt.TRANSIENT, f"{type(error).__name__}: {error}"
+    took_ms = int(1000 * (time.monotonic() - started))
+    _record(delivery=delivery, outcome=outcome, detail=str(detail)[:500], took_ms=took_ms,
+            retry_after=retry_after, enqueue=enqueue)
+    return outcome
+
+
+@transaction.atomic
+def _record(*, delivery: Delivery, outcome: str, detail: str, took_ms: int,
+            retry_after: float | None, enqueue: Enqueue | None) -> None:
+    now = timezone.now()
+    DeliveryAttempt.objects.create(delivery=delivery, channel=delivery.channel, at=now,
+                                   outcome=outcome, detail=detail, duration_ms=took_ms)
+    rows = Delivery.objects.filter(id=delivery.id)
+    if outcome == DeliveryAttempt.OK:
+        rows.update(delivered_at=now, last_error="")
+        Channel.objects.filter(id=delivery.channel_id).exclude(last_error="").update(
+            last_error="", last_error_at=None)
+        return
+    if outcome == DeliveryAttempt.TRANSIENT and delivery.attempts < MAX_ATTEMPTS:
+        delay = max(BACKOFF_S[delivery.attempts - 1], retry_after or 0.0)
+        rows.update(claimed_at=None, due_at=now + timedelta(seconds=delay), last_error=detail)
+        if enqueue is not None:
+            transaction.on_commit(lambda: enqueue(delivery.id, delay))
+        return
+    if outcome == DeliveryAttempt.TRANSIENT:
+        detail = f"gave up after {delivery.attempts} attempts: {detail}"[:500]
+    rows.update(failed_at=now, last_error=detail)
+    Channel.objects.filter(id=delivery.channel_id).update(last_error=detail, last_error_at=now)

@@ -1,0 +1,72 @@
+"""Recent raw samples of many runs at once, for the evaluator.
+
+The evaluator reads a few minutes of a few metrics for every running run on every tick, so
+this reads the chunks of all of them in two queries instead of one read per run and series.
+It uses the series app's tables and its codec (the chunk format's one decoder).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+
+import numpy as np
+
+from perfweb.alerts.conditions import Series
+from perfweb.series import codec
+from perfweb.series.models import Chunk
+from perfweb.series.models import Series as SeriesRow
+
+SeriesKey = tuple[str, str]  # (device, metric name)
+
+
+def recent_samples(
+    *, run_ids: Iterable[int], names: Iterable[str], start: float, end: float
+) -> dict[int, dict[SeriesKey, Series]]:
+    """{run id: {(device, name): samples with start <= t <= end, sorted by time}}."""
+    rows = {
+        row.id: row
+        for row in SeriesRow.objects.filter(run_id__in=list(run_ids), name__in=list(names))
+    }
+    parts: dict[int, list[tuple[np.ndarray, np.ndarray]]] = defaultdict(list)
+    chunks = Chunk.objects.filter(series_id__in=list(rows), t_max__gte=start, t_min__lte=end)
+    for series_id, blob, count in chunks.values_list("series_id", "data", "count").iterator():
+        t, v = codec.decode(blob=bytes(blob), count=count)
+        keep = (t >= start) & (t <= end)
+        parts[series_id].append((t[keep], v[keep]))
+    found: dict[int, dict[SeriesKey, Series]] = defaultdict(dict)
+    for series_id, pieces in parts.items():
+        t = np.concatenate([p[0] for p in pieces])
+        v = np.concatenate([p[1] for p in pieces])
+        order = np.argsort(t, kind="stable")
+        row = rows[series_id]
+        found[row.run_id][(row.device, row.name)] = Series(t=t[order].tolist(), v=v[order].tolist())
+    return found
+
+
+def first_samples(*, run_id: int, name: str, limit: int) -> list[float]:
+    """The values of the run's first `limit` samples of `name` (all devices), by time."""
+    t_all: list[np.ndarray] = []
+    v_all: list[np.ndarray] = []
+    chunks = Chunk.objects.filter(series__run_id=run_id, series__name=name).order_by("t_min")
+    for blob, count in chunks.values_list("data", "count")[:8]:
+        t, v = codec.decode(blob=bytes(blob), count=count)
+        t_all.append(t)
+        v_all.append(v)
+        if sum(len(x) for x in t_all) >= limit:
+            break
+    if not t_all:
+        return []
+    t, v = np.concatenate(t_all), np.concatenate(v_all)
+    return v[np.argsort(t, kind="stable")][:limit].tolist()
+
+
+def last_sample_time(*, run_id: int, name: str) -> float | None:
+    """When the run's latest sample of `name` was taken (any device)."""
+    latest = (
+        Chunk.objects.filter(series__run_id=run_id, series__name=name)
+        .order_by("-t_max")
+        .values_list("t_max", flat=True)
+        .first()
+    )
+    return float(latest) if latest is not None else None

@@ -1,0 +1,97 @@
+"""The message says why: the run's top diagnosis at the moment the alert changed.
+
+Stored findings win when the server keeps them (a model named `Finding` with a `run` foreign
+key, in any installed app). Until then the why is derived from the same metric window the
+rule was evaluated on: input bound when the loop waited on the DataLoader for a large share
+of step time, otherwise the condition's own diagnosis with its numbers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.apps import apps
+
+from perfweb.alerts.conditions import CONDITIONS, Finding, RunWindow, Verdict
+
+# FIXES.md: the fix text of the ids an alert can report under.
+FIX_TEXT = {
+    "gpu.low_utilization": "follow the root-cause findings on the run page",
+    "gpu.idle_memory_held": "release the GPU or finish the job",
+    "gpu.throttling": "check cooling, the power limit and the node",
+    "dataloader.num_workers": "raise DataLoader num_workers (bounded by cores per rank), "
+    "persistent_workers=True, prefetch_factor",
+}
+# The loop waiting on the DataLoader for at least this share of step time is input bound.
+INPUT_BOUND_SHARE = 0.10
+
+
+def top_finding_for_run(*, run: Any, window: RunWindow | None = None,
+                        verdict: Verdict | None = None, kind: str = "") -> Finding | None:
+    """The stored top finding of `run`, else one derived from the evaluated window."""
+    stored = _stored_top_finding(run=run)
+    if stored is not None or window is None:
+        return stored
+    return _input_bound(window) or _from_condition(kind=kind, window=window, verdict=verdict)
+
+
+def as_payload(finding: Finding | None) -> dict[str, Any] | None:
+    if finding is None:
+        return None
+    return {"fix_id": finding.fix_id, "title": finding.title, "evidence": finding.evidence,
+            "gain_pct": None if finding.gain is None else round(100 * finding.gain, 1),
+            "fix": FIX_TEXT.get(finding.fix_id, "")}
+
+
+def _findings_model() -> Any:
+    for model in apps.get_models():
+        if model.__name__ == "Finding" and any(f.name == "run" for f in model._meta.fields):
+            return model
+    return None
+
+
+def _stored_top_finding(*, run: Any) -> Finding | None:
+    model = _findings_model()
+    if model is None:
+        return None
+    names = {f.name for f in model._meta.fields}
+    order = next((o for o in ("rank", "-score", "-estimated_gain", "-gain")
+                  if o.lstrip("-") in names), "-id")
+    row = model.objects.filter(run=run).order_by(order).first()
+    if row is None:
+        return None
+    fix_id = next((getattr(row, n) for n in ("fix_id", "rule_id", "code") if n in names), "")
+    gain = next((getattr(row, n) for n in ("estimated_gain", "gain") if n in names), None)
+    return Finding(fix_id=str(fix_id), title=str(getattr(row, "title", fix_id)),
+                   gain=float(gain) if gain is not None else None,
+                   evidence=str(getattr(row, "evidence", ""))[:300])
+
+
+def _input_bound(window: RunWindow) -> Finding | None:
+    duration = sum(sum(s.v) for (d, n), s in window.series.items() if n == "step.duration")
+    waiting = sum(sum(s.v) for (d, n), s in window.series.items() if n == "step.data_wait")
+    if duration <= 0 or waiting / duration < INPUT_BOUND_SHARE:
+        return None
+    share = waiting / duration
+    return Finding(
+        fix_id="dataloader.num_workers",
+        title=f"input bound: the loop waited on the DataLoader for {100 * share:.0f}% "
+        "of step time",
+        gain=share,
+        evidence=f"step.data_wait / step.duration over the last {window.window_s / 60:g} min",
+    )
+
+
+def _from_condition(*, kind: str, window: RunWindow, verdict: Verdict | None) -> Finding | None:
+    if kind not in CONDITIONS or verdict is None or not verdict.holds:
+        return None
+    numbers = verdict.numbers
+    gain = None  # an idle share is no promise of speed-up; only a slowdown is recoverable
+    if "worse_pct" in numbers:
+        gain = numbers["worse_pct"] / (100 + numbers["worse_pct"])
+    title = verdict.summary
+    if "mean_utilization" in numbers:
+        idle = 100 - numbers["mean_utilization"]
+        title = f"GPU idle {idle:.0f}% of the last {window.window_s / 60:g} min"
+    return Finding(fix_id=CONDITIONS[kind].fix_id, title=title, gain=gain,
+                   evidence="derived from the alert's metric window")
