@@ -6,5 +6,6 @@ from django.urls import include, path
 urlpatterns = [
     path("api/v1/", include("perfweb.api.urls")),
     path("admin/", admin.site.urls),
+    path("alerts/", include("perfweb.alerts.urls")),
     path("", include("perfweb.dashboard.urls")),
 ]
