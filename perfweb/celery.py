@@ -11,6 +11,8 @@ from pathlib import Path
 
 from celery import Celery
 
+from perfweb.env import env_seconds
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "perfweb.settings")
 
 app = Celery("perfweb")
@@ -25,11 +27,19 @@ app.conf.update(
     broker_connection_retry_on_startup=True,
     timezone="UTC",
 )
+# Intervals are read here rather than from settings so that importing the app stays cheap.
 app.conf.beat_schedule = {
-    "sweep-lost-runs": {"task": "perfweb.runs.tasks.sweep_lost_runs_task", "schedule": 30.0},
+    "sweep-lost-runs": {
+        "task": "perfweb.runs.tasks.sweep_lost_runs_task",
+        "schedule": env_seconds("PERFWEB_SWEEP_INTERVAL", default=30.0),
+    },
     "compact-recent-runs": {
         "task": "perfweb.series.tasks.compact_recent_runs_task",
-        "schedule": 60.0,
+        "schedule": env_seconds("PERFWEB_COMPACT_INTERVAL", default=60.0),
+    },
+    "alerts-tick": {
+        "task": "perfweb.alerts.tasks.alerts_tick_task",
+        "schedule": env_seconds("PERFWEB_ALERT_INTERVAL", default=30.0),
     },
 }
 app.autodiscover_tasks()
