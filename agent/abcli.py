@@ -1,0 +1,147 @@
+"""The `perf-agent ab` and `perf-agent runner` subcommands, and the attach-time knob checks.
+
+`agent/cli.py` registers them with `abcli.register(subparsers)` and `verbs.update(abcli.VERBS)`,
+and calls `abcli.prepare_attach(...)` in attach. Also runnable alone:
+`python -m agent.abcli ab --knob num_workers=4 -- python train.py`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+from agent import knobs, ledger
+from agent.ab import AbError, AbPlan, Arm, run_ab
+from agent.abstats import Comparison
+from agent.knobs import KnobError
+
+
+def register(sub: Any) -> None:
+    """Add `ab` and `runner` to the `perf-agent` subcommands."""
+    ab = sub.add_parser("ab", help="measure a knob A/B on your own workload")
+    ab.add_argument("--knob", action="append", default=[], metavar="K=V", required=True)
+    ab.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
+    ab.add_argument("--steps", type=int, default=20, help="measured steps per arm (default 20)")
+    ab.add_argument("--warmup", type=int, default=3, help="discarded steps per arm (default 3)")
+    ab.add_argument("--format", choices=("text", "json"), default="text")
+    ab.add_argument("--quiet", action="store_true", help="no per-round lines on stderr")
+    ab.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
+
+    runner = sub.add_parser("runner", help="take optimisation jobs for this host")
+    runner.add_argument("--server", help="perfweb URL (env PERF_AGENT_SERVER)")
+    runner.add_argument("--token", help="project token (env PERF_AGENT_TOKEN)")
+    runner.add_argument("--poll", type=float, default=5.0, help="seconds between polls")
+    runner.add_argument("--once", action="store_true", help="exit after one job")
+
+
+def add_attach_options(attach: argparse.ArgumentParser) -> None:
+    """`--knob K=V` (repeatable) on `perf-agent attach`."""
+    attach.add_argument("--knob", action="append", default=[], metavar="K=V",
+                        help="apply a fix from the closed list (see docs/jobs.md)")  # fmt: skip
+
+
+def prepare_attach(args: argparse.Namespace, *, settings: Any, command: list[str]) -> int | None:
+    """Check knobs and the step limit before the script starts; record the command.
+
+    Returns 2 after one line on stderr when a knob or PERF_AGENT_MAX_STEPS is bad, else None.
+    `--knob` options join PERF_AGENT_KNOBS (which the script's processes inherit).
+    """
+    try:
+        settings_now = knobs.knobs_from_env()
+        given = knobs.parse_knobs(list(getattr(args, "knob", None) or []))
+        knobs.max_steps_from_env()
+    except KnobError as error:
+        sys.stderr.write(f"perf-agent attach: {error}\n")
+        return 2
+    merged = {**settings_now, **given}
+    if merged:
+        os.environ[knobs.ENV_KNOBS] = knobs.format_knobs(merged)
+    if getattr(settings, "online", False):
+        ledger.safe_record(
+            server=settings.server, token=settings.token, run_id=settings.run_id,
+            command=list(command), cwd=os.getcwd(),
+        )  # fmt: skip
+    return None
+
+
+def ab_main(args: argparse.Namespace) -> int:
+    """`perf-agent ab`: run the A/B and print the comparison."""
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    try:
+        plan = AbPlan(
+            command=command, knobs=knobs.parse_knobs(args.knob), rounds=args.rounds,
+            steps=args.steps, warmup=args.warmup,
+        )  # fmt: skip
+    except (KnobError, AbError) as error:
+        sys.stderr.write(f"perf-agent ab: {error}\n")
+        return 2
+
+    def report(arm: Arm) -> None:
+        if not args.quiet:
+            median = arm.to_dict()["median_s"]
+            sys.stderr.write(f"round {arm.round} {arm.arm:9s} median {median:.4f} s/step\n")
+
+    try:
+        result = run_ab(plan, on_arm=report)
+    except AbError as error:
+        sys.stderr.write(f"perf-agent ab: {error}\n")
+        return 1
+    if args.format == "json":
+        print(json.dumps({**result.to_dict(), "knobs": plan.knobs}, indent=2))
+    else:
+        print(format_text(result, plan))
+    return 0
+
+
+def format_text(result: Comparison, plan: AbPlan) -> str:
+    """The comparison as a few plain lines."""
+    parity = result.loss_parity
+    if not parity.visible:
+        loss = "loss not visible"
+    else:
+        state = "within" if parity.within_tolerance else "OUTSIDE"
+        loss = (
+            f"{state} {parity.tolerance:.0%} (baseline {parity.baseline_loss:.4g}, "
+            f"candidate {parity.candidate_loss:.4g})"
+        )
+    return "\n".join(
+        [
+            f"knobs      {knobs.format_knobs(plan.knobs)}",
+            f"baseline   {result.baseline_step_s:.4f} s/step (median, "
+            f"{result.rounds} rounds x {result.steps_per_arm} steps)",
+            f"candidate  {result.candidate_step_s:.4f} s/step",
+            f"speedup    {result.speedup:.2f}x (95% CI {result.ci_low:.2f}x - {result.ci_high:.2f}x)",
+            f"verdict    {result.verdict}",
+            f"loss       {loss}",
+        ]
+    )
+
+
+def runner_main(args: argparse.Namespace) -> int:
+    """`perf-agent runner`: take and run jobs for this host."""
+    from agent import runner
+
+    server = args.server or os.environ.get("PERF_AGENT_SERVER")
+    token = args.token or os.environ.get("PERF_AGENT_TOKEN")
+    if not server or not token:
+        sys.stderr.write("perf-agent runner: give --server and --token\n")
+        return 2
+    return runner.main(server, token, once=args.once, poll_s=args.poll)
+
+
+VERBS = {"ab": ab_main, "runner": runner_main}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Stand-alone entry point (`python -m agent.abcli ab|runner ...`)."""
+    parser = argparse.ArgumentParser(prog="perf-agent")
+    register(parser.add_subparsers(dest="verb", required=True))
+    args = parser.parse_args(argv)
+    return VERBS[args.verb](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

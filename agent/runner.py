@@ -1,0 +1,265 @@
+"""`perf-agent runner`: takes optimisation jobs for this host and measures them A/B.
+
+    perf-agent runner --server URL --token TOKEN
+
+It polls `POST /api/v1/jobs/claim` for jobs queued for `socket.gethostname()`, and for each:
+re-validates the job locally (the security promise: only a command an agent recorded on this
+host for this project, in the recorded directory, with knobs from the closed list; anything
+else is refused and reported as failed), runs it under the A/B engine, streams each measured
+arm as a progress event (whose reply says whether the job was cancelled), and posts the
+result or the failure. A heartbeat keeps the claim alive while a round runs; if the runner
+dies, the workload's guard kills its process group and the server fails the job when the
+claim expires.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any
+
+from agent import ledger
+from agent.ab import AbCancelled, AbError, AbPlan, Arm, run_ab
+from agent.knobs import KnobError, KnobValue, validate_knobs
+
+CLAIM_PATH = "/api/v1/jobs/claim"
+LIMITS = {"rounds": (1, 20), "steps": (3, 1000), "warmup": (0, 100)}
+
+
+class Refused(Exception):
+    """A job that this runner will not run; the message says why, in one line."""
+
+
+@dataclass
+class JobSpec:
+    """A job after local validation: everything comes from the ledger or the closed list."""
+
+    job_id: int
+    claim_token: str
+    run_id: str
+    command: list[str]
+    cwd: str
+    knobs: dict[str, KnobValue]
+    rounds: int
+    steps: int
+    warmup: int
+
+
+def validate_job(
+    job: dict[str, Any], *, server: str, token: str, host: str, ledger_file: str | None = None
+) -> JobSpec:
+    """Check a claimed job against this host's ledger and the closed list; Refused if not."""
+    run_id = str(job.get("run_id") or "")
+    if job.get("host") != host:
+        raise Refused(f"the job is for host {job.get('host')!r}, this runner is on {host!r}")
+    entry = ledger.find_entry(server=server, token=token, run_id=run_id, path=ledger_file)
+    if entry is None:
+        raise Refused(f"run {run_id} was not recorded by an agent on {host} for this project")
+    if job.get("command") != entry.command:
+        raise Refused("the job's command is not the command the agent recorded for this run")
+    if job.get("cwd") != entry.cwd:
+        raise Refused("the job's directory is not the one the agent recorded for this run")
+    try:
+        knobs = validate_knobs(job.get("knobs") or {})
+    except KnobError as error:
+        raise Refused(str(error)) from None
+    if not knobs:
+        raise Refused("the job has no knob to try")
+    sizes = {}
+    for name, (low, high) in LIMITS.items():
+        value = job.get(name)
+        if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+            raise Refused(f"{name} must be a whole number in {low}..{high}")
+        sizes[name] = value
+    return JobSpec(
+        job_id=int(job["id"]),
+        claim_token=str(job.get("claim_token") or ""),
+        run_id=run_id,
+        command=entry.command,
+        cwd=entry.cwd,
+        knobs=knobs,
+        **sizes,
+    )
+
+
+class Client:
+    """The runner's side of the jobs API: JSON over HTTP with the project token."""
+
+    def __init__(self, server: str, token: str, *, timeout: float = 10.0) -> None:
+        self.server = server.rstrip("/")
+        self.token = token
+        self.timeout = timeout
+
+    def post(self, path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """POST `body`; returns (status, parsed reply). Connection errors raise OSError."""
+        request = urllib.request.Request(
+            self.server + path,
+            data=json.dumps(body).encode(),
+            headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"},
+            method="POST",
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as reply:
+                return reply.status, _parse(reply.read())
+        except urllib.error.HTTPError as error:
+            return error.code, _parse(error.read())
+
+
+def _parse(data: bytes) -> dict[str, Any]:
+    try:
+        parsed = json.loads(data or b"{}")
+    except ValueError:
+        return {}
+    return parsed if isinstance(parsed, dict) else {}
+
+
+class Runner:
+    """Claims and runs jobs, one at a time."""
+
+    def __init__(
+        self,
+        server: str,
+        token: str,
+        *,
+        host: str | None = None,
+        poll_s: float = 5.0,
+        heartbeat_s: float = 10.0,
+        ledger_file: str | None = None,
+        launcher: list[str] | None = None,
+        out: Any = None,
+    ) -> None:
+        self.client = Client(server, token)
+        self.server, self.token = server, token
+        self.host = host or socket.gethostname()
+        self.runner_id = uuid.uuid4().hex
+        self.poll_s = poll_s
+        self.heartbeat_s = heartbeat_s
+        self.ledger_file = ledger_file
+        self.launcher = launcher
+        self.stopping = threading.Event()
+        self.cancel = threading.Event()
+        self.out = out or sys.stderr
+
+    def say(self, message: str) -> None:
+        """One line of the runner's log."""
+        self.out.write(f"[perf-agent runner] {message}\n")
+        self.out.flush()
+
+    def serve(self, *, once: bool = False) -> int:
+        """Poll and run jobs until stopped (or after one job with `once`)."""
+        self.say(f"taking jobs for host {self.host} from {self.server}")
+        while not self.stopping.is_set():
+            try:
+                status, reply = self.client.post(
+                    CLAIM_PATH, {"host": self.host, "runner_id": self.runner_id}
+                )
+            except OSError as error:
+                self.say(f"server unreachable ({error}); retrying")
+                self.stopping.wait(self.poll_s)
+                continue
+            if status == 401:
+                self.say("the server refused the token")
+                return 2
+            job = reply.get("job") if status == 200 else None
+            if job:
+                self.handle(job)
+                if once:
+                    return 0
+            else:
+                self.stopping.wait(self.poll_s)
+        return 0
+
+    def handle(self, job: dict[str, Any]) -> None:
+        """Validate, run and report one claimed job."""
+        job_id, claim = job.get("id"), str(job.get("claim_token") or "")
+        base = f"/api/v1/jobs/{job_id}"
+        try:
+            spec = validate_job(
+                job, server=self.server, token=self.token, host=self.host,
+                ledger_file=self.ledger_file,
+            )  # fmt: skip
+        except Refused as refusal:
+            self.say(f"job {job_id} refused: {refusal}")
+            self._post(f"{base}/fail", {"claim_token": claim, "reason": f"refused: {refusal}"})
+            return
+        self.say(f"job {job_id}: {spec.knobs} on run {spec.run_id} ({spec.rounds} rounds)")
+        self.cancel.clear()
+        done = threading.Event()
+        beat = threading.Thread(target=self._heartbeat, args=(base, claim, done), daemon=True)
+        beat.start()
+        try:
+            plan = AbPlan(
+                command=spec.command, knobs=spec.knobs, rounds=spec.rounds,
+                steps=spec.steps, warmup=spec.warmup, cwd=spec.cwd,
+            )  # fmt: skip
+            result = run_ab(
+                plan,
+                on_arm=lambda arm: self._progress(base, claim, arm),
+                cancelled=self.cancel,
+                launcher=self.launcher,
+            )
+        except AbCancelled:
+            reason = "runner stopped" if self.stopping.is_set() else "cancelled"
+            self.say(f"job {job_id} {reason}; workload killed")
+            if self.stopping.is_set():
+                self._post(f"{base}/fail", {"claim_token": claim, "reason": "the runner stopped"})
+            return
+        except AbError as error:
+            self.say(f"job {job_id} failed: {error}")
+            self._post(f"{base}/fail", {"claim_token": claim, "reason": str(error)[:500]})
+            return
+        finally:
+            done.set()
+        self._post(f"{base}/result", {"claim_token": claim, "result": result.to_dict()})
+        self.say(
+            f"job {job_id}: speedup {result.speedup:.2f}x "
+            f"(95% CI {result.ci_low:.2f}-{result.ci_high:.2f}), {result.verdict}"
+        )
+
+    def _progress(self, base: str, claim: str, arm: Arm | None) -> None:
+        body: dict[str, Any] = {"claim_token": claim}
+        if arm is not None:
+            body["arm"] = arm.to_dict()
+        reply = self._post(f"{base}/progress", body)
+        if reply.get("cancelled"):
+            self.cancel.set()
+
+    def _heartbeat(self, base: str, claim: str, done: threading.Event) -> None:
+        # Keeps the claim alive while a round runs, and notices a cancel between arms.
+        while not done.wait(self.heartbeat_s) and not self.cancel.is_set():
+            self._progress(base, claim, None)
+
+    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        for attempt in range(3):
+            try:
+                status, reply = self.client.post(path, body)
+            except OSError as error:
+                self.say(f"POST {path} failed ({error}); retrying")
+                time.sleep(1 + attempt)
+                continue
+            if status == 409:
+                return {"cancelled": True, **reply}
+            return reply
+        return {}
+
+    def stop(self, signum: int, frame: FrameType | None) -> None:
+        """Signal handler: stop taking jobs and kill the running workload."""
+        self.stopping.set()
+        self.cancel.set()
+
+
+def main(server: str, token: str, *, once: bool = False, poll_s: float = 5.0) -> int:
+    """`perf-agent runner`: serve jobs until SIGINT/SIGTERM."""
+    runner = Runner(server, token, poll_s=poll_s)
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, runner.stop)
+    return runner.serve(once=once)
