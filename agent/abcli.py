@@ -113,7 +113,8 @@ def format_text(result: Comparison, plan: AbPlan) -> str:
             f"baseline   {result.baseline_step_s:.4f} s/step (median, "
             f"{result.rounds} rounds x {result.steps_per_arm} steps)",
             f"candidate  {result.candidate_step_s:.4f} s/step",
-            f"speedup    {result.speedup:.2f}x (95% CI {result.ci_low:.2f}x - {result.ci_high:.2f}x)",
+            f"speedup    {result.speedup:.2f}x "
+            f"(95% CI {result.ci_low:.2f}x - {result.ci_high:.2f}x)",
             f"verdict    {result.verdict}",
             f"loss       {loss}",
         ]
