@@ -1,0 +1,129 @@
+"""perf-agent: streams a PyTorch process's GPU, process and step statistics to perfweb.
+
+In a script::
+
+    import agent
+    agent.attach(server="http://perfweb:8000", token="...")   # or offline="runs/"
+    ...
+    for batch in loader:        # steps are timed from optimizer hooks by themselves;
+        model(batch)
+        agent.step()            # loops without an optimizer mark steps by hand
+
+Or with no edit at all: ``perf-agent attach --server URL --token T -- python train.py``.
+Every setting also comes from ``PERF_AGENT_*`` environment variables (see agent/README.md).
+The agent never raises into the script: on any internal error it logs one line and goes on.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from typing import Any
+
+from agent.log import log
+
+__all__ = ["attach", "step", "shutdown", "current"]
+
+_lock = threading.Lock()
+_agent: Any = None
+_exit_code: int | None = None
+
+
+def current() -> Any:
+    """The agent running in this process, or None."""
+    return _agent
+
+
+def attach(
+    server: str | None = None,
+    token: str | None = None,
+    *,
+    offline: str | os.PathLike[str] | None = None,
+    name: str | None = None,
+    tags: dict[str, str] | list[str] | str | None = None,
+    interval: float | None = None,
+    **options: Any,
+) -> Any:
+    """Start the agent in this process (once; later calls return the same agent).
+
+    Arguments override the `PERF_AGENT_*` environment variables. With neither a server nor
+    an offline directory the agent is not started and None is returned. Never raises.
+    """
+    global _agent
+    try:
+        with _lock:
+            if _agent is not None:
+                return _agent
+            from agent.config import load_settings
+            from agent.runtime import Agent
+
+            settings = load_settings(
+                server=server, token=token, offline=offline, name=name, tags=tags,
+                interval=interval, **options,
+            )
+            if not settings.online and not settings.offline:
+                log.warning("attach: no server and no offline directory given; agent not started")
+                return None
+            agent = Agent(settings)
+            agent.start()
+            _agent = agent
+            if not settings.launched:
+                _track_exit_code()
+            return agent
+    except Exception as exc:  # noqa: BLE001 - a guest never breaks its host
+        log.warning("attach failed (%s); the script goes on without the agent", exc)
+        return None
+
+
+def step() -> None:
+    """Mark the end of one step (for loops with no optimizer, e.g. inference)."""
+    agent = _agent
+    if agent is not None:
+        agent.step()
+
+
+def shutdown(exit_code: int | None = None, deadline_s: float | None = None) -> None:
+    """Flush and stop the agent now (it also happens by itself at exit)."""
+    agent = _agent
+    if agent is not None:
+        try:
+            agent.close(exit_code if exit_code is not None else _exit_code, deadline_s)
+        except Exception as exc:  # noqa: BLE001
+            log.warning("shutdown failed: %s", exc)
+
+
+def _after_fork_in_child() -> None:
+    global _lock
+    _lock = threading.Lock()
+    agent = _agent
+    if agent is not None:
+        agent.after_fork_in_child()
+
+
+def _track_exit_code() -> None:
+    """Standalone scripts: learn the exit code from sys.exit and uncaught exceptions."""
+    original_exit, original_hook = sys.exit, sys.excepthook
+
+    def exit(code: Any = None) -> None:
+        global _exit_code
+        _exit_code = code if isinstance(code, int) else (0 if code is None else 1)
+        _set_exit_code(_exit_code)
+        original_exit(code)
+
+    def excepthook(kind: Any, value: Any, tb: Any) -> None:
+        _set_exit_code(1)
+        original_hook(kind, value, tb)
+
+    sys.exit = exit
+    sys.excepthook = excepthook
+
+
+def _set_exit_code(code: int) -> None:
+    agent = _agent
+    if agent is not None:
+        agent.exit_code = code
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

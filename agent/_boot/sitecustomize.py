@@ -1,0 +1,47 @@
+"""Started by `perf-agent attach` through PYTHONPATH: start the agent, then chain on.
+
+This directory is put first on PYTHONPATH of the command that `perf-agent attach` runs, so
+this file is imported by `site` at interpreter start-up, before the script. It starts the
+agent from the PERF_AGENT_* environment (without importing torch) and then imports any
+other `sitecustomize` further down the path, so an environment's own one still runs.
+"""
+
+import os
+import sys
+
+
+def _start_agent() -> None:
+    try:
+        try:
+            from agent import _autostart
+        except ImportError:
+            home = os.environ.get("PERF_AGENT_HOME")
+            if not home:
+                return
+            sys.path.append(home)
+            from agent import _autostart
+        _autostart.start_from_env()
+    except Exception as exc:  # noqa: BLE001 - never stop the user's program from starting
+        sys.stderr.write(f"[perf-agent] could not start: {exc}\n")
+
+
+def _chain() -> None:
+    here = os.path.dirname(os.path.abspath(__file__))
+    ours = sys.modules.pop("sitecustomize", None)
+    saved = list(sys.path)
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
+    try:
+        import importlib
+
+        importlib.import_module("sitecustomize")
+    except ImportError:
+        if ours is not None:
+            sys.modules["sitecustomize"] = ours
+    except Exception as exc:  # noqa: BLE001 - their sitecustomize failed; site would warn too
+        sys.stderr.write(f"Error in sitecustomize; set PYTHONVERBOSE for traceback: {exc}\n")
+    finally:
+        sys.path[:] = saved
+
+
+_start_agent()
+_chain()

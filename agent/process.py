@@ -1,0 +1,156 @@
+"""Process collector: CPU %, RSS and threads of this process and of its children summed.
+
+Children are DataLoader workers (and whatever else the script forks); they are reported as
+device `workers`. psutil is used when installed; otherwise /proc is read directly (Linux),
+without children. The source is injectable so tests can hand in a fake one.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from agent.buffer import Sample
+from agent.log import say_once
+
+
+class ProcessSource(Protocol):
+    """Where process numbers come from."""
+
+    def own(self) -> tuple[float, float, float] | None:
+        """(cpu_percent, rss_bytes, threads) of this process."""
+
+    def children(self) -> tuple[float, float, float, int] | None:
+        """(cpu_percent, rss_bytes, threads, count) summed over child processes."""
+
+
+class PsutilSource:
+    """Process numbers from psutil; child Process objects are cached so CPU % has a base."""
+
+    def __init__(self, pid: int | None = None) -> None:
+        import psutil
+
+        self._psutil = psutil
+        self._proc = psutil.Process(pid or os.getpid())
+        self._proc.cpu_percent(None)
+        self._children: dict[int, Any] = {}
+
+    def own(self) -> tuple[float, float, float] | None:
+        """(cpu_percent, rss_bytes, threads) of this process."""
+        with self._proc.oneshot():
+            return (
+                self._proc.cpu_percent(None),
+                float(self._proc.memory_info().rss),
+                float(self._proc.num_threads()),
+            )
+
+    def children(self) -> tuple[float, float, float, int] | None:
+        """Sums over child processes (recursive); new children start at 0 % CPU."""
+        psutil = self._psutil
+        try:
+            current = {p.pid: p for p in self._proc.children(recursive=True)}
+        except psutil.Error:
+            return None
+        cpu = rss = threads = 0.0
+        alive: dict[int, Any] = {}
+        for pid, proc in current.items():
+            known = self._children.get(pid, proc)
+            try:
+                with known.oneshot():
+                    cpu += known.cpu_percent(None) if pid in self._children else 0.0
+                    if pid not in self._children:
+                        known.cpu_percent(None)
+                    rss += known.memory_info().rss
+                    threads += known.num_threads()
+                alive[pid] = known
+            except psutil.Error:
+                continue
+        self._children = alive
+        return cpu, rss, threads, len(alive)
+
+
+class ProcfsSource:
+    """Fallback without psutil: this process only, from /proc/self (Linux)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._ticks = os.sysconf("SC_CLK_TCK")
+        self._page = os.sysconf("SC_PAGE_SIZE")
+        self._last: tuple[float, float] | None = None
+
+    def own(self) -> tuple[float, float, float] | None:
+        """(cpu_percent, rss_bytes, threads) from /proc/self/stat."""
+        with open("/proc/self/stat") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+        cpu_s = (int(fields[11]) + int(fields[12])) / self._ticks  # utime + stime
+        threads = float(fields[17])
+        rss = float(int(fields[21]) * self._page)
+        now = self._clock()
+        percent = 0.0
+        if self._last is not None and now > self._last[0]:
+            percent = 100.0 * (cpu_s - self._last[1]) / (now - self._last[0])
+        self._last = (now, cpu_s)
+        return percent, rss, threads
+
+    def children(self) -> tuple[float, float, float, int] | None:
+        """Not available without psutil."""
+        return None
+
+
+def default_source() -> ProcessSource | None:
+    """psutil if installed, else /proc, else None (with one log line)."""
+    try:
+        return PsutilSource()
+    except ImportError:
+        pass
+    except Exception as exc:  # noqa: BLE001
+        say_once("psutil", "psutil failed (%s); reading /proc instead", exc)
+    if os.path.exists("/proc/self/stat"):
+        say_once("no-psutil", "psutil not installed: process stats from /proc, no worker stats")
+        return ProcfsSource()
+    say_once("no-procstats", "psutil not installed and no /proc: process stats are off")
+    return None
+
+
+class ProcessCollector:
+    """`is_available()` + `collect()` over a ProcessSource."""
+
+    def __init__(
+        self, source: ProcessSource | None = None, clock: Callable[[], float] = time.time
+    ) -> None:
+        self._source = source
+        self._clock = clock
+        self._resolved = source is not None
+
+    def is_available(self) -> bool:
+        """True when some source of process numbers exists."""
+        if not self._resolved:
+            self._source = default_source()
+            self._resolved = True
+        return self._source is not None
+
+    def collect(self) -> list[Sample]:
+        """One sample per metric for `process` and, when there are children, `workers`."""
+        if not self.is_available() or self._source is None:
+            return []
+        now = self._clock()
+        samples: list[Sample] = []
+        own = self._source.own()
+        if own is not None:
+            samples += _triplet("process", now, own)
+        kids = self._source.children()
+        if kids is not None and kids[3] > 0:
+            samples += _triplet("workers", now, kids[:3])
+            samples.append(("workers", "process.count", now, float(kids[3])))
+        return samples
+
+
+def _triplet(device: str, t: float, values: tuple[float, ...]) -> list[Sample]:
+    cpu, rss, threads = values[:3]
+    return [
+        (device, "process.cpu_percent", t, float(cpu)),
+        (device, "process.rss", t, float(rss)),
+        (device, "process.threads", t, float(threads)),
+    ]

@@ -1,0 +1,209 @@
+"""The agent inside one process: wires settings, collectors, torch hooks and the sender."""
+
+from __future__ import annotations
+
+import atexit
+import os
+import socket
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from agent import importhook, protocol, transport
+from agent.config import Settings
+from agent.log import log, say_once
+from agent.nvml import NvmlCollector, Query
+from agent.process import ProcessCollector, ProcessSource
+from agent.sender import PostFn, Sender
+from agent.steps import StepTimer
+from agent.torch_patches import Counters, TorchPatches
+from agent import torch_state
+
+FACTS_EVERY_TICKS = 5
+TORCHRUN_MAINS = ("torch.distributed.run", "torch.distributed.launch")
+
+
+def _env_int(name: str) -> int | None:
+    value = os.environ.get(name, "")
+    return int(value) if value.strip().isdigit() else None
+
+
+class Agent:
+    """One agent: `start()`, then `step()` from the script if it likes, then `close()`."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        role: str = protocol.ROLE_WORKER,
+        command: list[str] | None = None,
+        nvml_query: Query | None = None,
+        process_source: ProcessSource | None = None,
+        post: PostFn = transport.post,
+        collect: bool = True,
+    ) -> None:
+        self.settings = settings
+        self.role = role
+        self.agent_id = uuid.uuid4().hex
+        self.pid = os.getpid()
+        self.command = command if command is not None else list(getattr(sys, "orig_argv", sys.argv))
+        self.rank = _env_int("RANK")
+        self.exit_code: int | None = None
+        self.collecting = collect
+        self.sender = Sender(
+            settings, self.agent_id, tick=self._tick, on_command=self._on_command, post=post
+        )
+        self.sender.rank = self.rank
+        self.timer = StepTimer(self.sender.steps)
+        self.counters = Counters()
+        self.patches = TorchPatches(self.timer, self.sender.facts, self.counters)
+        self.process = ProcessCollector(process_source)
+        self.nvml = NvmlCollector(nvml_query, pids=self._job_pids)
+        self.profiler: Any = None
+        self._ticks = 0
+        self._closed = False
+        self._cancel_hook: Callable[[], None] = lambda: None
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        """Queue `start`, hook torch once the script imports it, start the thread."""
+        if self.collecting:
+            self._cancel_hook = importhook.when_imported("torch", self._torch_imported)
+        self.sender.start(self.start_body())
+        atexit.register(self.close)
+
+    def close(self, exit_code: int | None = None, deadline_s: float | None = None) -> None:
+        """Flush and send `finish` (final for launchers and standalone scripts). Idempotent."""
+        with self._lock:
+            if self._closed or os.getpid() != self.pid:
+                return
+            self._closed = True
+        self._cancel_hook()
+        if exit_code is not None:
+            self.exit_code = exit_code
+        if self.profiler is not None:
+            self.profiler.close()
+        self.timer.active = False
+        self.sender.close(self.finish_body(), deadline_s)
+
+    def step(self) -> None:
+        """Mark a step boundary by hand (loops without an optimizer, e.g. inference)."""
+        self.timer.manual_step()
+
+    def after_fork_in_child(self) -> None:
+        """A forked child (DataLoader worker) must not send nor touch the parent's locks."""
+        self._lock = threading.Lock()
+        self._closed = True
+        self.timer.reset_after_fork()
+        self.sender.reset_after_fork()
+
+    # ------------------------------------------------------------------ bodies
+    def start_body(self) -> dict[str, Any]:
+        """The `start` request: who we are, where, and what runs."""
+        return {
+            "run_id": self.settings.run_id,
+            "agent_id": self.agent_id,
+            "name": self.settings.name or _default_name(self.command),
+            "role": self.role,
+            "command": self.command,
+            "cwd": os.getcwd(),
+            "host": socket.gethostname(),
+            "pid": self.pid,
+            "rank": self.rank,
+            "local_rank": _env_int("LOCAL_RANK"),
+            "world_size": _env_int("WORLD_SIZE"),
+            "started_at": time.time(),
+            "tags": dict(self.settings.tags),
+            "facts": {"agent.role": self.role, "python.version": sys.version.split()[0]},
+            "devices": [],
+        }
+
+    def finish_body(self) -> dict[str, Any]:
+        """The `finish` request; final unless a `perf-agent attach` launcher ends the run."""
+        final = self.role == protocol.ROLE_LAUNCHER or not self.settings.launched
+        return {
+            "run_id": self.settings.run_id,
+            "agent_id": self.agent_id,
+            "ended_at": time.time(),
+            "exit_code": self.exit_code if self.exit_code is not None else 0,
+            "final": final,
+        }
+
+    # ------------------------------------------------------------------ agent thread
+    def _tick(self) -> None:
+        if not self.collecting:
+            return
+        first = self._ticks == 0
+        self._ticks += 1
+        if first:
+            self._first_tick()
+            if not self.collecting:
+                return
+        samples = self.process.collect() + self.nvml.collect()
+        torch = torch_state.imported_torch() if self.patches.installed else None
+        if torch is not None:
+            samples += torch_state.cuda_memory(torch, time.time())
+            if first or self._ticks % FACTS_EVERY_TICKS == 0:
+                self.sender.facts.update(
+                    torch_state.dynamic_facts(torch, self.counters, self.timer.index)
+                )
+        self.sender.samples.extend(samples)
+        if self.profiler is not None:
+            self.profiler.poll()
+
+    def _first_tick(self) -> None:
+        main = sys.modules.get("__main__")
+        spec = getattr(main, "__spec__", None)
+        if getattr(spec, "name", None) in TORCHRUN_MAINS:
+            self.abandon()  # the torchrun launcher itself: its ranks report
+            return
+        self.sender.facts.update(self.nvml.facts())
+        self.sender.devices = self.nvml.devices()
+
+    def abandon(self) -> None:
+        """Stop without sending anything more (this process is not one to report on)."""
+        self.collecting = False
+        self._cancel_hook()
+        self.sender.abandon()
+
+    def _torch_imported(self, torch: Any) -> None:
+        if os.getpid() != self.pid or self._closed:
+            return
+        self.patches.install(torch)
+        self.sender.facts.update(torch_state.static_facts(torch))
+        if self.settings.profile:
+            try:
+                from agent.profiler import ProfilerWindows
+
+                self.profiler = ProfilerWindows(self)
+            except ImportError:
+                pass
+            except Exception as exc:  # noqa: BLE001
+                say_once("profiler", "profiler windows off: %s", exc)
+
+    def _on_command(self, command: dict[str, Any]) -> None:
+        if command.get("type") == "capture_trace" and self.profiler is not None:
+            self.profiler.request(int(command.get("steps") or 0) or None)
+        else:
+            log.debug("ignoring command %r", command.get("type"))
+
+    def _job_pids(self) -> Iterable[int]:
+        pids = {self.pid}
+        try:
+            import psutil
+
+            pids.update(p.pid for p in psutil.Process(self.pid).children(recursive=True))
+        except Exception:  # noqa: BLE001
+            pass
+        return pids
+
+
+def _default_name(command: list[str]) -> str:
+    for part in command[1:]:
+        if part.endswith(".py"):
+            return os.path.basename(part)[:-3]
+    return os.path.basename(command[0]) if command else "run"

@@ -1,0 +1,188 @@
+"""A loopback ingest server for the agent's tests (stdlib http.server in a thread).
+
+It plays healthy, down (socket closed: connection refused), slow, 500s and 429 with
+Retry-After, and stores what it accepts the way the real server does: a batch is identified
+by (run_id, agent_id, seq) and stored once, a repeat answers `"duplicate": true`.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import threading
+import time
+from collections import Counter
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+TOKEN = "test-token"
+
+
+class Store:
+    """Everything the fake server accepted."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.starts: dict[str, dict[str, Any]] = {}
+        self.batches: dict[tuple[str, str, int], dict[str, Any]] = {}
+        self.finishes: dict[str, dict[str, Any]] = {}
+        self.heartbeats = 0
+        self.duplicates = 0
+        self.arrival: list[tuple[str, int]] = []  # (agent_id, seq) in order stored
+        self.statuses: Counter[int] = Counter()
+        self.request_times: list[tuple[float, int]] = []  # (time, status)
+
+    def samples(self, agent_id: str | None = None) -> int:
+        """Metric samples stored (optionally for one agent)."""
+        return sum(
+            len(m["v"])
+            for (_, agent, _), body in self.batches.items()
+            if agent_id in (None, agent)
+            for m in body["metrics"]
+        )
+
+    def steps(self, agent_id: str | None = None) -> list[int]:
+        """Step indexes stored, in seq order."""
+        out: list[int] = []
+        for key in sorted(self.batches):
+            if agent_id in (None, key[1]) and "steps" in self.batches[key]:
+                out += self.batches[key]["steps"]["index"]
+        return out
+
+    def step_columns(self) -> dict[str, list[float]]:
+        """Every stored step as columns, in seq order."""
+        columns: dict[str, list[float]] = {"duration": [], "data_wait": [], "index": []}
+        for key in sorted(self.batches):
+            steps = self.batches[key].get("steps")
+            if steps:
+                for name in columns:
+                    columns[name] += steps[name]
+        return columns
+
+    def facts(self) -> dict[str, Any]:
+        """All facts merged, later batches winning."""
+        merged: dict[str, Any] = {}
+        for start in self.starts.values():
+            merged.update(start.get("facts") or {})
+        for key in sorted(self.batches):
+            merged.update(self.batches[key].get("facts") or {})
+        return merged
+
+    def metric(self, device: str, name: str) -> list[float]:
+        """All values stored for one series."""
+        values: list[float] = []
+        for key in sorted(self.batches):
+            for m in self.batches[key]["metrics"]:
+                if m["device"] == device and m["name"] == name:
+                    values += m["v"]
+        return values
+
+
+class FakeServer:
+    """`with FakeServer() as server:`; set `server.mode` or queue `server.fail_next`."""
+
+    def __init__(self) -> None:
+        self.store = Store()
+        self.mode = "healthy"  # healthy | slow | 500 | 429
+        self.fail_next: list[str] = []  # modes for the next requests, then `mode`
+        self.slow_s = 1.0
+        self.retry_after = 1
+        self._httpd: ThreadingHTTPServer | None = None
+        self.port = 0
+        self.up()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def up(self) -> None:
+        """Listen (on the same port as before, if there was one)."""
+        handler = type("Handler", (_Handler,), {"server_ref": self})
+        ThreadingHTTPServer.allow_reuse_address = True
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", self.port), handler)
+        self._httpd.daemon_threads = True
+        self.port = self._httpd.server_address[1]
+        threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
+
+    def down(self) -> None:
+        """Stop listening: connections are refused until `up()`."""
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd = None
+
+    def next_mode(self) -> str:
+        with self.store.lock:
+            return self.fail_next.pop(0) if self.fail_next else self.mode
+
+    def __enter__(self) -> FakeServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.down()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server_ref: FakeServer
+
+    def log_message(self, *args: Any) -> None:  # quiet
+        pass
+
+    def _reply(self, status: int, body: dict[str, Any], headers: dict[str, str] | None = None):
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+        store = self.server_ref.store
+        with store.lock:
+            store.statuses[status] += 1
+            store.request_times.append((time.monotonic(), status))
+
+    def do_GET(self) -> None:  # noqa: N802
+        if self.headers.get("Authorization") != f"Bearer {TOKEN}":
+            return self._reply(401, {"error": "bad token"})
+        self._reply(200, {"runs": []})
+
+    def do_POST(self) -> None:  # noqa: N802
+        server = self.server_ref
+        raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        mode = server.next_mode()
+        if mode == "500":
+            return self._reply(500, {"error": "boom"})
+        if mode == "429":
+            return self._reply(429, {"error": "slow down"},
+                               {"Retry-After": str(server.retry_after)})
+        if self.headers.get("Authorization") != f"Bearer {TOKEN}":
+            return self._reply(401, {"error": "token is unknown"})
+        if self.headers.get("Content-Encoding") == "gzip":
+            raw = gzip.decompress(raw)
+        body = json.loads(raw)
+        reply = self._store(self.path, body)
+        if mode == "slow":
+            time.sleep(server.slow_s)  # stored, but the client may have given up: a retry
+        self._reply(200, reply)
+
+    def _store(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        store = self.server_ref.store
+        reply: dict[str, Any] = {"ok": True, "commands": list(getattr(self.server_ref,
+                                                                      "commands", []))}
+        with store.lock:
+            if path.endswith("/start"):
+                store.starts[body["agent_id"]] = body
+            elif path.endswith("/batch"):
+                key = (body["run_id"], body["agent_id"], int(body["seq"]))
+                reply["duplicate"] = key in store.batches
+                if key in store.batches:
+                    store.duplicates += 1
+                else:
+                    store.batches[key] = body
+                    store.arrival.append((key[1], key[2]))
+            elif path.endswith("/finish"):
+                store.finishes[body["agent_id"]] = body
+            elif path.endswith("/heartbeat"):
+                store.heartbeats += 1
+        return reply

@@ -1,0 +1,110 @@
+"""Real CPU training scripts under `perf-agent attach`: step timings and facts come out right."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from tests.agent.conftest import attach, online, write_script
+from tests.agent.fakeserver import FakeServer
+
+SLOW_DATA = """
+import time, torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+class Slow(Dataset):
+    def __len__(self): return 64
+    def __getitem__(self, i):
+        time.sleep(0.01)
+        return torch.randn(8), torch.randn(1)
+
+model = nn.Linear(8, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = DataLoader(Slow(), batch_size=4, num_workers=0)
+for x, y in loader:
+    opt.zero_grad()
+    nn.functional.mse_loss(model(x), y).backward()
+    opt.step()
+print("ok")
+"""
+
+FACTS = """
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+data = TensorDataset(torch.randn(96, 8), torch.randn(96, 1))
+loader = DataLoader(data, batch_size=8, num_workers=2, pin_memory=False, prefetch_factor=3)
+model = nn.DataParallel(nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1)))
+opt = torch.optim.Adam(model.parameters())
+torch.backends.cudnn.benchmark = True
+for x, y in loader:
+    opt.zero_grad()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = nn.functional.mse_loss(model(x).float(), y)
+    loss.backward()
+    opt.step()
+    torch.cuda.empty_cache()
+    torch.cuda.empty_cache()
+print("steps", len(loader))
+"""
+
+INFERENCE = """
+import torch, agent
+model = torch.nn.Linear(4, 4).eval()
+with torch.no_grad():
+    for _ in range(5):
+        model(torch.randn(2, 4))
+        agent.step()
+"""
+
+
+def test_a_slow_dataset_without_workers_shows_most_of_each_step_as_data_wait(
+    tmp_path: Path, server: FakeServer, agent_env: dict[str, str]
+) -> None:
+    script = write_script(tmp_path, SLOW_DATA)
+    result = attach([*online(server), "--", sys.executable, str(script)], agent_env)
+    assert (result.returncode, result.stdout) == (0, "ok\n")
+    steps = server.store.step_columns()
+    assert steps["index"] == list(range(16))
+    for duration, wait in zip(steps["duration"][1:], steps["data_wait"][1:]):
+        assert 0.035 <= duration < 1.0
+        assert wait / duration > 0.7
+    facts = server.store.facts()
+    assert facts["dataloader.0.num_workers"] == 0
+    assert facts["dataloader.0.batch_size"] == 4
+    assert facts["training.backward"] is True
+
+
+def test_facts_name_dataparallel_loader_settings_amp_and_empty_cache_per_step(
+    tmp_path: Path, server: FakeServer, agent_env: dict[str, str]
+) -> None:
+    script = write_script(tmp_path, FACTS)
+    result = attach([*online(server), "--", sys.executable, str(script)], agent_env)
+    assert (result.returncode, result.stdout) == (0, "steps 12\n")
+    facts = server.store.facts()
+    assert facts["parallel.mode"] == "dataparallel"
+    assert facts["dataloader.0.num_workers"] == 2
+    assert facts["dataloader.0.prefetch_factor"] == 3
+    assert facts["dataloader.0.pin_memory"] is False
+    assert facts["dataloader.0.persistent_workers"] is False
+    assert facts["cuda.empty_cache_calls"] == 24
+    assert facts["cuda.empty_cache_per_step"] == 2.0
+    assert facts["amp.autocast"] is True
+    assert facts["amp.autocast_dtype"] == "torch.bfloat16"
+    assert facts["cudnn.benchmark"] is True
+    assert facts["cuda.initialized"] is False  # the agent never initialises CUDA
+    assert facts["torch.version"].startswith("2.")
+    assert facts["threads.omp_num_threads"] == "1"
+    assert server.store.steps() == list(range(12))
+
+
+def test_agent_step_marks_steps_in_a_loop_without_optimizer(
+    tmp_path: Path, server: FakeServer, agent_env: dict[str, str]
+) -> None:
+    script = write_script(tmp_path, INFERENCE)
+    result = attach([*online(server), "--", sys.executable, str(script)], agent_env)
+    assert result.returncode == 0, result.stderr
+    assert server.store.steps() == [0, 1, 2, 3, 4]
+    assert server.store.facts()["training.backward"] is False
