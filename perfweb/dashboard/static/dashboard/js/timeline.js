@@ -66,7 +66,10 @@ window.PerfwebTimeline = (function () {
     const axis = rowIndex === 0 ? "y" : "y" + (rowIndex + 1);
     const legend = rowIndex === 0 ? "legend" : "legend" + (rowIndex + 1);
     const mine = series.filter(function (s) { return row.metrics.includes(s.name) && s.t.length; });
-    mine.sort(function (a, b) { return a.device.localeCompare(b.device, undefined, { numeric: true }); });
+    mine.sort(function (a, b) {
+      return a.device.localeCompare(b.device, undefined, { numeric: true }) ||
+        row.metrics.indexOf(a.name) - row.metrics.indexOf(b.name);
+    });
     const scale = scaleFor(row.unit, mine);
     const ranks = new Set(mine.map(function (s) { return s.device; }));
     const traces = mine.map(function (s, i) {
@@ -78,7 +81,8 @@ window.PerfwebTimeline = (function () {
       return {
         type: "scatter", mode: "lines", name: name, legend: legend, xaxis: "x", yaxis: axis,
         x: s.t.map(toAxis), y: scale.factor === 1 ? s.v : s.v.map(function (v) { return v * scale.factor; }),
-        line: { width: 1.5, color: color },
+        // A step's value holds from the previous step's end to its own end time ("vh").
+        line: { width: 1.5, color: color, shape: isStep || isWait ? "vh" : "linear" },
         fill: isWait ? "tozeroy" : "none", fillcolor: isWait ? WAIT_COLOR + "40" : undefined,
         hovertemplate: "%{y:.3~f} " + scale.unit + "<extra>" + name + "</extra>",
         meta: { device: s.device, metric: s.name, raw_count: s.raw_count, downsampled: s.downsampled },

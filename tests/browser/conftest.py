@@ -1,0 +1,196 @@
+"""A real perfweb server, a real agent-attached CPU training run, and headless Chromium.
+
+The server is `manage.py runserver` on a free loopback port with a temporary SQLite database;
+the run is `perf-agent attach ... -- python examples/demo_train.py`; the browser is Debian's
+/usr/bin/chromium driven by Playwright (never a downloaded browser). Outside CI a missing
+browser skips these tests; under CI=true it fails them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM = Path(os.environ.get("PERFWEB_CHROMIUM", "/usr/bin/chromium"))
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+USER, PASSWORD, PROJECT = "demo", "demo-password", "demo"
+
+
+def missing(reason: str) -> None:
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"{reason} (required under CI=true)")
+    pytest.skip(reason)
+
+
+@dataclass
+class LiveServer:
+    url: str
+    token: str
+    data_dir: Path
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for_http(url: str, deadline_s: float) -> None:
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except OSError:
+            time.sleep(0.3)
+    raise TimeoutError(f"{url} did not answer within {deadline_s:.0f}s")
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    """Stops a process group this module started, politely first."""
+    if process.poll() is not None:
+        return
+    os.killpg(process.pid, signal.SIGINT)
+    try:
+        process.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=5)
+
+
+def manage_command(manage: list[str], args: list[str], *, env: dict[str, str]) -> str:
+    done = subprocess.run(
+        [*manage, *args], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, f"manage.py {args[0]} failed:\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+@pytest.fixture(scope="session")
+def server_env() -> Iterator[dict[str, str]]:
+    with tempfile.TemporaryDirectory(prefix="perfweb-browser-") as data_dir:
+        env = {
+            **os.environ,
+            "PERFWEB_DATA_DIR": data_dir,
+            "DEBUG": "false",
+            "SECRET_KEY": "browser-test-secret",
+            "ALLOWED_HOSTS": "127.0.0.1,localhost",
+            "PYTHONUNBUFFERED": "1",
+        }
+        # The server uses the test run's settings module (pytest-django exports it).
+        for name in ("DATABASE_URL", "REDIS_URL"):
+            env.pop(name, None)
+        yield env
+
+
+@pytest.fixture(scope="session")
+def perfweb_server(server_env: dict[str, str]) -> Iterator[LiveServer]:
+    manage = [sys.executable, str(ROOT / "manage.py")]
+    manage_command(manage, ["migrate", "--noinput"], env=server_env)
+    out = manage_command(
+        manage,
+        ["bootstrap", "--user", USER, "--password", PASSWORD, "--project", PROJECT],
+        env=server_env,
+    )
+    token = re.search(r"^token=(\S+)$", out, re.M)
+    assert token, f"bootstrap printed no token= line: {out!r}"
+    port = free_port()
+    log = open(Path(server_env["PERFWEB_DATA_DIR"]) / "server.log", "wb")  # noqa: SIM115
+    process = subprocess.Popen(
+        [*manage, "runserver", f"127.0.0.1:{port}", "--noreload"],
+        env=server_env,
+        cwd=ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for_http(f"{url}/login/", deadline_s=60)
+        yield LiveServer(
+            url=url, token=token.group(1), data_dir=Path(server_env["PERFWEB_DATA_DIR"])
+        )
+    finally:
+        stop(process)
+        log.close()
+
+
+@pytest.fixture(scope="session")
+def attached_run(perfweb_server: LiveServer, server_env: dict[str, str]) -> Iterator[str]:
+    """A real CPU training script streaming into the server through the agent."""
+    name = f"browser-demo-{os.getpid()}"
+    log = open(perfweb_server.data_dir / "agent.log", "wb")  # noqa: SIM115
+    process = subprocess.Popen(
+        [
+            str(Path(sys.executable).with_name("perf-agent")),
+            "attach",
+            "--server",
+            perfweb_server.url,
+            "--token",
+            perfweb_server.token,
+            "--name",
+            name,
+            "--",
+            sys.executable,
+            str(ROOT / "examples" / "demo_train.py"),
+            "--minutes",
+            "3",
+        ],
+        env=server_env,
+        cwd=ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        yield name
+    finally:
+        stop(process)
+        log.close()
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[object]:
+    if not CHROMIUM.exists():
+        missing(f"{CHROMIUM} is not installed (apt-get install chromium)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        missing("the playwright Python package is not installed")
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS
+        )
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+@pytest.fixture(scope="session")
+def screenshot_dir() -> Path:
+    path = Path(os.environ.get("PERFWEB_SCREENSHOTS") or tempfile.mkdtemp(prefix="perfweb-shots-"))
+    path.mkdir(parents=True, exist_ok=True)
+    print(f"screenshots in {path}")
+    return path
