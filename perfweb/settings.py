@@ -9,10 +9,13 @@ ALLOWED_HOSTS  comma-separated (default: localhost,127.0.0.1 — and * under DEB
 DEBUG          true/false (default false)
 PERFWEB_DATA_DIR    where SQLite, the embedded broker and beat's schedule live (default .data/)
 PERFWEB_LOST_AFTER  seconds of agent silence after which a running run is marked lost (120)
+PERFWEB_SWEEP_INTERVAL    seconds between beat's lost-run sweeps (30)
+PERFWEB_COMPACT_INTERVAL  seconds between beat's chunk compactions (60)
 """
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from perfweb.env import (
@@ -27,9 +30,15 @@ from perfweb.env import (
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(env_str("PERFWEB_DATA_DIR", default=str(BASE_DIR / ".data"))).resolve()
 DATA_DIR.mkdir(parents=True, exist_ok=True)
+(DATA_DIR / "static").mkdir(exist_ok=True)  # whitenoise warns when STATIC_ROOT is missing
 
 DEBUG = env_bool("DEBUG", default=False)
-SECRET_KEY = env_str("SECRET_KEY", default="insecure-debug-only-key" if DEBUG else None)
+# A test run needs no secret; a server does (pytest-django loads these settings before any
+# conftest could set the variable).
+TESTING = "pytest" in sys.modules
+SECRET_KEY = env_str(
+    "SECRET_KEY", default="insecure-debug-or-test-only-key" if DEBUG or TESTING else None
+)
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", default=["*"] if DEBUG else ["localhost", "127.0.0.1"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", default=[])
 
@@ -110,6 +119,7 @@ WHITENOISE_USE_FINDERS = True
 DATA_UPLOAD_MAX_MEMORY_SIZE = None
 
 PERFWEB_LOST_AFTER = env_seconds("PERFWEB_LOST_AFTER", default=120.0)
+# Beat's intervals (PERFWEB_SWEEP_INTERVAL, PERFWEB_COMPACT_INTERVAL) are read in celery.py.
 
 # Celery (perfweb/celery.py reads the CELERY_* names).
 REDIS_URL = env_str("REDIS_URL", default="")

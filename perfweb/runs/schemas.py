@@ -62,15 +62,16 @@ class BatchRequest:
     run_id: str
     agent_id: str
     seq: int
-    samples: list[Samples]
+    metrics: list[Samples]
+    steps: list[Samples]  # step.duration and step.data_wait of the batch's steps
     step_count: int
     facts: dict[str, Any]
     devices: list[DeviceInfo]
     dropped: int
-    sample_count: int = field(init=False)
+    sample_count: int = field(init=False)  # of the metrics: what the reply calls samples
 
     def __post_init__(self) -> None:
-        self.sample_count = sum(len(s.t) for s in self.samples)
+        self.sample_count = sum(len(s.t) for s in self.metrics)
 
 
 @dataclass
@@ -122,16 +123,17 @@ def parse_batch(body: Any) -> BatchRequest:
     run_id, agent_id = _ids(body)
     seq = integer(body, "seq", required=True, minimum=0)
     unix_time(body, "sent_at")
-    samples = _metrics(body.get("metrics"))
+    metrics = _metrics(body.get("metrics"))
+    steps: list[Samples] = []
     step_count = 0
     if body.get("steps") is not None:
-        step_samples, step_count = _steps(obj(body["steps"], "steps"))
-        samples.extend(step_samples)
+        steps, step_count = _steps(obj(body["steps"], "steps"))
     return BatchRequest(
         run_id=run_id,
         agent_id=agent_id,
         seq=seq or 0,
-        samples=samples,
+        metrics=metrics,
+        steps=steps,
         step_count=step_count,
         facts=_bounded(flat_dict(body, "facts"), "facts"),
         devices=_devices(body.get("devices")),

@@ -128,11 +128,11 @@ def batch_store(*, project: Project, request: BatchRequest) -> BatchResult:
                 )
         except IntegrityError:
             return BatchResult(duplicate=True, samples=0, steps=0)
-        stored = series_append(run=run, samples=request.samples)
+        series_append(run=run, samples=request.metrics + request.steps)
         process = _process_seen(run=run, request=request)
         _run_seen(run=run, facts=request.facts, step_count=process.step_count)
         devices_upsert(run=run, devices=request.devices)
-    return BatchResult(duplicate=False, samples=stored, steps=request.step_count)
+    return BatchResult(duplicate=False, samples=request.sample_count, steps=request.step_count)
 
 
 def _process_seen(*, run: Run, request: BatchRequest) -> RunProcess:
