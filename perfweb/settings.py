@@ -56,6 +56,7 @@ INSTALLED_APPS = [
     "perfweb.api",
     "perfweb.dashboard",
     "perfweb.alerts",
+    "perfweb.jobs",
 ]
 
 MIDDLEWARE = [
