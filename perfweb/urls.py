@@ -7,5 +7,6 @@ urlpatterns = [
     path("api/v1/", include("perfweb.api.urls")),
     path("admin/", admin.site.urls),
     path("alerts/", include("perfweb.alerts.urls")),
+    path("", include("perfweb.jobs.urls")),  # /api/v1/jobs/..., /jobs/..., /runs/<id>/jobs/
     path("", include("perfweb.dashboard.urls")),
 ]
