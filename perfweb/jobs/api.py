@@ -1,0 +1,87 @@
+"""The runner's endpoints (`/api/v1/jobs/...`, project token): parse, call one service, reply."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_POST
+
+from perfweb.api.auth import token_required
+from perfweb.api.http import BadRequest, error_response, json_response, read_json
+from perfweb.jobs import services
+from perfweb.jobs.models import Job
+from perfweb.jobs.selectors import job_for_runner
+from perfweb.projects.models import Project
+
+
+def runner_view(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """POST, token auth, JSON object body; the view gets the body, the project (and job)."""
+
+    @csrf_exempt
+    @require_POST
+    @token_required
+    @wraps(view)
+    def wrapper(request: HttpRequest, *, project: Project, **kwargs: Any) -> HttpResponse:
+        try:
+            body = read_json(request)
+            if not isinstance(body, dict):
+                raise BadRequest("the body must be a JSON object")
+            if "job_id" in kwargs:
+                job = (
+                    Job.objects.select_related("run")
+                    .filter(id=kwargs.pop("job_id"), project=project)
+                    .first()
+                )
+                if job is None:
+                    return error_response("no such job in this project", 404)
+                kwargs["job"] = job
+            return view(body, project=project, **kwargs)
+        except BadRequest as error:
+            return error_response(str(error), error.status)
+        except services.JobError as error:
+            return error_response(str(error), error.status)
+
+    return wrapper
+
+
+def _text(body: dict[str, Any], name: str, limit: int = 255) -> str:
+    value = body.get(name)
+    if not isinstance(value, str) or not value.strip() or len(value) > limit:
+        raise BadRequest(f"{name} must be a non-empty string of at most {limit} characters")
+    return value.strip()
+
+
+@runner_view
+def claim(body: dict[str, Any], *, project: Project) -> HttpResponse:
+    job = services.job_claim(
+        project=project, host=_text(body, "host"), runner_id=_text(body, "runner_id", 64)
+    )
+    return json_response({"ok": True, "job": job_for_runner(job=job) if job else None})
+
+
+@runner_view
+def progress(body: dict[str, Any], *, project: Project, job: Job) -> HttpResponse:
+    arm = body.get("arm")
+    if arm is not None and not isinstance(arm, dict):
+        raise BadRequest("arm must be an object")
+    cancelled = services.job_progress(job=job, claim_token=_text(body, "claim_token"), arm=arm)
+    return json_response({"ok": True, "cancelled": cancelled})
+
+
+@runner_view
+def result(body: dict[str, Any], *, project: Project, job: Job) -> HttpResponse:
+    done = services.job_finish(
+        job=job, claim_token=_text(body, "claim_token"), result=body.get("result")
+    )
+    return json_response({"ok": True, "status": done.status})
+
+
+@runner_view
+def fail(body: dict[str, Any], *, project: Project, job: Job) -> HttpResponse:
+    reason = body.get("reason") if isinstance(body.get("reason"), str) else "failed"
+    done = services.job_fail(job=job, claim_token=_text(body, "claim_token"), reason=reason)
+    return json_response({"ok": True, "status": done.status})

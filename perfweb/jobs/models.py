@@ -1,0 +1,100 @@
+"""Optimisation jobs: measure a fix A/B on the host where the run ran.
+
+A job is a run plus knob settings from the closed list (agent/knobs.py), never a command: the
+runner runs the command an agent recorded on its own host. Claims expire, so a runner that
+dies leaves a job that the sweep marks failed rather than one stuck "running".
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+from perfweb.projects.models import Project
+from perfweb.runs.models import Run
+
+
+class Job(models.Model):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    STATUSES = [(s, s) for s in (QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLED)]
+    TERMINAL = (SUCCEEDED, FAILED, CANCELLED)
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="jobs")
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="jobs")
+    host = models.CharField(max_length=255)  # the run's host: only its runner may claim it
+    finding_id = models.CharField(
+        max_length=100, blank=True
+    )  # FIXES.md id, e.g. dataloader.num_workers
+    knobs = models.JSONField()  # {"num_workers": 4}, validated against the closed list
+    rounds = models.PositiveSmallIntegerField(default=5)
+    steps = models.PositiveIntegerField(default=20)
+    warmup = models.PositiveIntegerField(default=3)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    status = models.CharField(max_length=10, choices=STATUSES, default=QUEUED)
+    claim_token = models.CharField(max_length=64, blank=True)
+    runner_id = models.CharField(max_length=64, blank=True)
+    claimed_at = models.DateTimeField(null=True, blank=True)
+    claim_expires_at = models.DateTimeField(null=True, blank=True)
+    result = models.JSONField(null=True, blank=True)  # the A/B comparison, as the runner sent it
+    verdict = models.CharField(max_length=32, blank=True)
+    speedup = models.FloatField(null=True, blank=True)
+    ci_low = models.FloatField(null=True, blank=True)
+    ci_high = models.FloatField(null=True, blank=True)
+    error = models.CharField(max_length=500, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["project", "host", "status", "created_at"], name="job_claim"),
+            models.Index(fields=["status", "claim_expires_at"], name="job_expiry"),
+        ]
+
+    def __str__(self) -> str:
+        return f"job {self.id} ({self.finding_id or 'knobs'} on {self.run_id})"
+
+
+class JobArm(models.Model):
+    """One measured arm of one round, streamed by the runner as it finishes."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="arms")
+    round = models.PositiveSmallIntegerField()
+    arm = models.CharField(max_length=10)  # "baseline" | "candidate"
+    median_s = models.FloatField()
+    step_s = models.JSONField(default=list)
+    received_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["job", "round", "arm"], name="jobarm_unique")
+        ]
+
+
+class FixVerification(models.Model):
+    """What the latest finished job measured for a finding of a run: the ranking reads it."""
+
+    VERIFIED = "verified"
+    REFUTED = "refuted"
+    STATUSES = [(VERIFIED, VERIFIED), (REFUTED, REFUTED)]
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="fix_verifications")
+    finding_id = models.CharField(max_length=100)
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="+")
+    status = models.CharField(max_length=10, choices=STATUSES)
+    measured_gain = models.FloatField()  # fraction of step time recovered (1 - 1/speedup)
+    speedup = models.FloatField()
+    ci_low = models.FloatField()
+    ci_high = models.FloatField()
+    reason = models.CharField(max_length=200, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["run", "finding_id"], name="fixverification_unique")
+        ]

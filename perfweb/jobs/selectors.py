@@ -1,0 +1,124 @@
+"""Reads for optimisation jobs, scoped to the user's projects; and the measured gains that
+the ranking of fixes uses (perfweb.jobs.selectors.measured_gains_for_run)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db.models import QuerySet
+
+from agent.knobs import FINDING_KNOBS, KNOBS
+from perfweb.jobs.models import FixVerification, Job
+from perfweb.runs.models import Run
+
+
+def job_queryset(*, user: AbstractBaseUser | AnonymousUser) -> QuerySet[Job]:
+    """The jobs of the user's projects (nothing for anyone else)."""
+    if not user.is_authenticated:
+        return Job.objects.none()
+    return Job.objects.filter(project__memberships__user=user).select_related("run", "project")
+
+
+def job_get_for_user(*, user: AbstractBaseUser | AnonymousUser, job_id: int) -> Job | None:
+    return job_queryset(user=user).filter(id=job_id).first()
+
+
+def job_list_for_run(*, run: Run, limit: int = 20) -> list[Job]:
+    return list(run.jobs.order_by("-created_at", "-id")[:limit])
+
+
+def job_for_runner(*, job: Job) -> dict[str, Any]:
+    """What a runner gets when it claims a job: the run's recorded command, never another."""
+    return {
+        "id": job.id,
+        "claim_token": job.claim_token,
+        "run_id": job.run.run_id,
+        "host": job.host,
+        "command": job.run.command,
+        "cwd": job.run.cwd,
+        "knobs": job.knobs,
+        "finding_id": job.finding_id,
+        "rounds": job.rounds,
+        "steps": job.steps,
+        "warmup": job.warmup,
+    }
+
+
+def job_state(*, job: Job) -> dict[str, Any]:
+    """The job page's poll: status, progress and the rounds measured so far."""
+    arms = list(job.arms.order_by("round", "arm").values("round", "arm", "median_s"))
+    total = 2 * job.rounds
+    return {
+        "id": job.id,
+        "status": job.status,
+        "terminal": job.status in Job.TERMINAL,
+        "run_id": job.run.run_id,
+        "finding_id": job.finding_id,
+        "knobs": job.knobs,
+        "host": job.host,
+        "progress": {"done": len(arms), "total": total, "fraction": len(arms) / total},
+        "arms": arms,
+        "result": job.result,
+        "verdict": job.verdict,
+        "speedup": job.speedup,
+        "ci_low": job.ci_low,
+        "ci_high": job.ci_high,
+        "error": job.error,
+    }
+
+
+def fix_verifications_for_run(*, run: Run) -> dict[str, FixVerification]:
+    """finding id -> the latest verification of that finding's fix on this run."""
+    return {v.finding_id: v for v in FixVerification.objects.filter(run=run)}
+
+
+def measured_gains_for_run(*, run: Run) -> dict[str, dict[str, Any]]:
+    """For the ranking: finding id -> {status, measured_gain, speedup, ci_low, ci_high, job_id}.
+
+    A verified fix ranks by `measured_gain` (fraction of step time recovered, 1 - 1/speedup)
+    instead of its estimate; a refuted one ("refuted") has nothing measurable to recover.
+    """
+    return {
+        finding_id: {
+            "status": v.status,
+            "measured_gain": v.measured_gain,
+            "speedup": v.speedup,
+            "ci_low": v.ci_low,
+            "ci_high": v.ci_high,
+            "job_id": v.job_id,
+            "reason": v.reason,
+        }
+        for finding_id, v in fix_verifications_for_run(run=run).items()
+    }
+
+
+def suggested_knobs(*, finding_id: str, knob_text: str = "", facts: dict | None = None) -> dict:
+    """Concrete knob settings for a finding's fix (`num_workers=N` gets an N from the facts)."""
+    name = FINDING_KNOBS.get(finding_id)
+    if name is None:
+        return {}
+    _, _, raw = (knob_text or "").partition("=")
+    knob = KNOBS[name]
+    try:
+        return {name: knob.parse(raw)}
+    except ValueError:
+        pass
+    facts = facts or {}
+    cores = _int_fact(facts, "host.cpu_count", "cpu.usable_cores", "os.cpu_count") or 4
+    defaults = {
+        "num_workers": max(1, min(cores - 1, 8)),
+        "threads": max(1, cores),
+        "batch_size": 2 * (_int_fact(facts, "dataloader.0.batch_size") or 32),
+    }
+    if knob.kind == "int":
+        return {name: defaults.get(name, 1)}
+    return {name: True if knob.kind == "bool" else knob.choices[0]}
+
+
+def _int_fact(facts: dict, *names: str) -> int | None:
+    for name in names:
+        value = facts.get(name)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None

@@ -1,0 +1,50 @@
+// The job page: poll the job's JSON, move the progress bar, draw the rounds as they arrive.
+(function () {
+  "use strict";
+  const root = document.getElementById("job");
+  const field = (name) => root.querySelector(`[data-field="${name}"]`);
+
+  function draw(state) {
+    const arms = { baseline: { x: [], y: [] }, candidate: { x: [], y: [] } };
+    for (const arm of state.arms) {
+      arms[arm.arm].x.push(arm.round);
+      arms[arm.arm].y.push(arm.median_s);
+    }
+    const traces = Object.entries(arms).map(([name, points]) => ({
+      name, x: points.x, y: points.y, type: "scatter", mode: "lines+markers",
+    }));
+    Plotly.react("rounds-chart", traces, {
+      margin: { t: 10, r: 10, b: 40, l: 60 },
+      xaxis: { title: { text: "round" }, dtick: 1 },
+      yaxis: { title: { text: "median step time (s)" }, rangemode: "tozero" },
+    }, { displayModeBar: false, responsive: true });
+  }
+
+  function render(state) {
+    field("status").textContent = state.status;
+    field("progress").value = state.progress.fraction;
+    field("error").textContent = state.error || "";
+    if (state.speedup) {
+      field("summary").textContent =
+        `${state.speedup.toFixed(2)}× (95% CI ${state.ci_low.toFixed(2)}–${state.ci_high.toFixed(2)}): ${state.verdict}`;
+    }
+    if (state.terminal && field("cancel")) field("cancel").remove();
+    draw(state);
+  }
+
+  async function poll() {
+    try {
+      const reply = await fetch(root.dataset.pollUrl, { headers: { Accept: "application/json" } });
+      if (reply.ok) {
+        const state = await reply.json();
+        render(state);
+        if (state.terminal) return;
+      }
+    } catch (error) { /* the next poll retries */ }
+    setTimeout(poll, 2000);
+  }
+
+  const initial = JSON.parse(document.getElementById("job-state").textContent);
+  render(initial);
+  if (!initial.terminal) setTimeout(poll, 2000);
+})();

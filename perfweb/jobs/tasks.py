@@ -1,0 +1,37 @@
+"""Celery tasks of optimisation jobs: take ids, re-read state, safe to run twice."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from celery import shared_task
+from django.utils import timezone
+
+from perfweb.jobs.models import Job
+from perfweb.jobs.services import fix_verification_update, jobs_expire_claims
+
+
+@shared_task(acks_late=True, ignore_result=True)
+def job_verify_task(job_id: int) -> None:
+    """A job succeeded: its finding becomes verified or refuted (the ranking reads it)."""
+    job = Job.objects.select_related("run").filter(id=job_id).first()
+    if job is None:  # deleted meanwhile
+        return
+    fix_verification_update(job=job)
+
+
+@shared_task(acks_late=True, ignore_result=True)
+def sweep_expired_jobs_task() -> int:
+    """Beat: jobs whose runner stopped reporting are failed with the reason."""
+    return jobs_expire_claims()
+
+
+@shared_task(acks_late=True, ignore_result=True)
+def sweep_unverified_jobs_task() -> int:
+    """Beat safety net: succeeded jobs whose verification the broker lost."""
+    count = 0
+    recent = timezone.now() - timedelta(minutes=10)
+    for job in Job.objects.filter(status=Job.SUCCEEDED, finished_at__gte=recent)[:100]:
+        if fix_verification_update(job=job) is not None:
+            count += 1
+    return count

@@ -1,0 +1,92 @@
+"""The jobs pages: thin adapters over selectors (reads) and services (writes).
+
+Every page is scoped to the user's projects: another project's job or run is a 404.
+"""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from agent.knobs import KNOBS, KnobError, parse_knobs
+from perfweb.api.http import json_response
+from perfweb.dashboard import assets
+from perfweb.jobs import selectors, services
+from perfweb.runs.selectors import run_get_for_user
+
+
+@require_http_methods(["GET", "POST"])
+@login_required
+def run_jobs(request: HttpRequest, run_id: str) -> HttpResponse:
+    """GET: the run's jobs and a form; POST: "Try this fix" (finding + knob) or any knob."""
+    run = run_get_for_user(user=request.user, run_id=run_id)
+    if run is None:
+        raise Http404("No such run in your projects.")
+    if request.method == "POST":
+        finding_id = request.POST.get("finding_id", "").strip()
+        knob_text = request.POST.get("knob", "").strip()
+        try:
+            if finding_id:
+                knobs = selectors.suggested_knobs(
+                    finding_id=finding_id, knob_text=knob_text, facts=run.facts
+                )
+            else:
+                knobs = parse_knobs(knob_text)
+            job = services.job_create(
+                user=request.user, run=run, knobs=knobs, finding_id=finding_id,
+                rounds=int(request.POST.get("rounds") or 5),
+                steps=int(request.POST.get("steps") or 20),
+            )  # fmt: skip
+        except (services.JobError, KnobError, ValueError) as error:
+            messages.error(request, str(error))
+            return redirect(reverse("jobs:run_jobs", args=[run.run_id]))
+        return redirect(reverse("jobs:job", args=[job.id]))
+    return render(
+        request,
+        "jobs/run_jobs.html",
+        {"run": run, "jobs": selectors.job_list_for_run(run=run), "knobs": KNOBS.values()},
+    )
+
+
+@require_GET
+@login_required
+def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
+    job = selectors.job_get_for_user(user=request.user, job_id=job_id)
+    if job is None:
+        raise Http404("No such job in your projects.")
+    return render(
+        request,
+        "jobs/job_detail.html",
+        {
+            "job": job,
+            "state": selectors.job_state(job=job),
+            "plotly_version": assets.plotly_version(),
+            "poll_url": reverse("jobs:job_json", args=[job.id]),
+        },
+    )
+
+
+@require_GET
+@login_required
+def job_json(request: HttpRequest, job_id: int) -> HttpResponse:
+    job = selectors.job_get_for_user(user=request.user, job_id=job_id)
+    if job is None:
+        return json_response({"error": "no such job in your projects"}, status=404)
+    return json_response(selectors.job_state(job=job))
+
+
+@require_POST
+@login_required
+def job_cancel(request: HttpRequest, job_id: int) -> HttpResponse:
+    job = selectors.job_get_for_user(user=request.user, job_id=job_id)
+    if job is None:
+        raise Http404("No such job in your projects.")
+    try:
+        services.job_cancel(job=job, user=request.user)
+    except services.JobError as error:
+        messages.error(request, str(error))
+    return redirect(reverse("jobs:job", args=[job.id]))
