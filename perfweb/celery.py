@@ -41,6 +41,14 @@ app.conf.beat_schedule = {
         "task": "perfweb.alerts.tasks.alerts_tick_task",
         "schedule": env_seconds("PERFWEB_ALERT_INTERVAL", default=30.0),
     },
+    "jobs-sweep-expired": {
+        "task": "perfweb.jobs.tasks.sweep_expired_jobs_task",
+        "schedule": env_seconds("PERFWEB_SWEEP_INTERVAL", default=30.0),
+    },
+    "jobs-verify-recent": {
+        "task": "perfweb.jobs.tasks.sweep_unverified_jobs_task",
+        "schedule": env_seconds("PERFWEB_SWEEP_INTERVAL", default=30.0),
+    },
 }
 app.autodiscover_tasks()
 
