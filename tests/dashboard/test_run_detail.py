@@ -28,6 +28,7 @@ def test_it_shows_the_run_header_to_the_owner(client: Client, owner: Any, vision
     assert 'data-field="steps">30<' in page
     assert "torch.version" in page and "2.13.0" in page  # facts
     assert "NVIDIA H100 80GB HBM3" in page  # devices
+    assert "launcher" in page and "pid 4242 on trainer-01" in page  # processes
 
 
 def test_it_shows_the_run_to_a_teammate(client: Client, teammate: Any, vision_run: str) -> None:
