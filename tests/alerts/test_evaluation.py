@@ -1,0 +1,175 @@
+"""The state machine: ok → firing → resolved, every change a row, each notified once."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from perfweb.alerts import services
+from perfweb.alerts.conditions import GIB
+from perfweb.alerts.evaluation import alerts_evaluate
+from perfweb.alerts.models import Alert, AlertEvent, AlertRule, Delivery
+from perfweb.alerts.notify import event_store
+from perfweb.runs.models import Run
+from tests.alerts.conftest import run_create, samples_add
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def low_util_only(project: Any) -> AlertRule:
+    """The project's default low-utilisation rule, the others switched off."""
+    AlertRule.objects.filter(project=project).exclude(kind="low_utilization").update(
+        enabled=False)
+    return AlertRule.objects.get(project=project, kind="low_utilization")
+
+
+@pytest.fixture
+def channel(project: Any) -> Any:
+    return services.channel_create(project=project, kind="webhook", name="hook",
+                                   config={"url": "http://127.0.0.1:9/hook"})
+
+
+def tick(seconds_later: float = 0.0) -> list[int]:
+    return alerts_evaluate(now=timezone.now() + timedelta(seconds=seconds_later)).events
+
+
+def test_it_creates_the_default_rules_for_a_new_project(project: Any) -> None:
+    rules = {r.kind: r for r in AlertRule.objects.filter(project=project)}
+    assert rules["low_utilization"].enabled
+    assert (rules["low_utilization"].threshold, rules["low_utilization"].window_minutes) == (30, 5)
+    assert set(rules) == {"low_utilization", "idle_memory_held", "stalled", "throttling",
+                          "step_regression", "finding_gain"}
+
+
+def test_it_fires_once_and_resolves_once(project: Any, low_util_only: AlertRule,
+                                         channel: Any) -> None:
+    run = run_create(project=project)
+    now = time.time()
+    samples_add(run=run, name="gpu.utilization", values=5.0, end=now, seconds=300)
+
+    assert len(tick()) == 1
+    assert tick() == []  # still firing: no new change, no new message
+    alert = Alert.objects.get(run=run)
+    assert alert.state == Alert.FIRING
+    firing = AlertEvent.objects.get(alert=alert)
+    assert (firing.kind, firing.from_state, firing.to_state) == ("firing", "ok", "firing")
+    assert Delivery.objects.filter(event=firing, channel=channel).count() == 1
+    assert firing.payload["run"]["name"] == "resnet50"
+    assert firing.payload["numbers"]["mean_utilization"] == 5.0
+    assert firing.payload["why"]["fix_id"] == "gpu.low_utilization"
+
+    samples_add(run=run, name="gpu.utilization", values=95.0, end=now + 300, seconds=299)
+    assert len(tick(seconds_later=300)) == 1
+    alert.refresh_from_db()
+    assert alert.state == Alert.RESOLVED
+    events = AlertEvent.objects.filter(alert=alert).order_by("at")
+    kinds = list(events.values_list("kind", flat=True))
+    assert kinds == ["firing", "resolved"]
+    assert Delivery.objects.count() == 2
+
+
+def test_it_stores_one_change_when_two_evaluations_race(project: Any, low_util_only: AlertRule,
+                                                        channel: Any) -> None:
+    run = run_create(project=project)
+    first_read = Alert.objects.create(rule=low_util_only, run=run)
+    second_read = Alert.objects.get(id=first_read.id)  # both evaluations saw "ok"
+    moves = [
+        event_store(alert=read, kind="firing", to_state=Alert.FIRING, summary="low",
+                    numbers={}, finding=None, now=timezone.now())
+        for read in (first_read, second_read)
+    ]
+    assert moves[0] is not None and moves[1] is None
+    assert AlertEvent.objects.count() == 1
+    assert Delivery.objects.count() == 1
+
+
+def test_it_leaves_no_row_for_runs_that_never_fired(project: Any, low_util_only: AlertRule) -> None:
+    run = run_create(project=project)
+    samples_add(run=run, name="gpu.utilization", values=90.0, end=time.time(), seconds=300)
+    assert tick() == []
+    assert not Alert.objects.exists()
+
+
+def test_it_only_watches_runs_with_the_rules_tag(project: Any, low_util_only: AlertRule) -> None:
+    services.rule_update(rule=low_util_only, scope_tag="team=vision")
+    tagged = run_create(project=project, run_id="run-tagged-01", tags={"team": "vision"})
+    other = run_create(project=project, run_id="run-other-001", tags={"team": "speech"})
+    for run in (tagged, other):
+        samples_add(run=run, name="gpu.utilization", values=1.0, end=time.time(), seconds=300)
+    tick()
+    assert list(Alert.objects.values_list("run__run_id", flat=True)) == ["run-tagged-01"]
+
+
+def test_it_resolves_when_the_run_ends(project: Any, low_util_only: AlertRule) -> None:
+    run = run_create(project=project)
+    samples_add(run=run, name="gpu.utilization", values=1.0, end=time.time(), seconds=300)
+    tick()
+    Run.objects.filter(id=run.id).update(status=Run.FINISHED)
+    tick()
+    event = AlertEvent.objects.order_by("-at").first()
+    assert (event.kind, event.summary) == ("resolved", "run finished")
+
+
+def test_it_reminds_while_firing_until_acknowledged(project: Any, owner: Any,
+                                                    low_util_only: AlertRule) -> None:
+    services.rule_update(rule=low_util_only, reminder_minutes=10)
+    run = run_create(project=project)
+    samples_add(run=run, name="gpu.utilization", values=1.0, end=time.time(), seconds=300)
+    tick()
+    assert tick(seconds_later=5 * 60) == []  # too early
+    reminders = alerts_evaluate(now=timezone.now() + timedelta(minutes=11)).events
+    assert AlertEvent.objects.get(id=reminders[0]).kind == "reminder"
+    assert services.alert_acknowledge(alert=Alert.objects.get(run=run), user=owner)
+    assert tick(seconds_later=30 * 60) == []
+
+
+def test_it_stores_but_does_not_send_while_snoozed(project: Any, channel: Any,
+                                                   low_util_only: AlertRule) -> None:
+    run = run_create(project=project)
+    alert = Alert.objects.create(rule=low_util_only, run=run)
+    services.alert_snooze(alert=alert, minutes=60)
+    samples_add(run=run, name="gpu.utilization", values=1.0, end=time.time(), seconds=300)
+    tick()
+    event = AlertEvent.objects.get(alert=alert)
+    assert event.suppressed
+    assert not Delivery.objects.exists()
+
+
+def test_it_fires_idle_memory_held_with_the_why(project: Any, channel: Any) -> None:
+    AlertRule.objects.filter(project=project).exclude(kind="idle_memory_held").update(
+        enabled=False)
+    run = run_create(project=project)
+    now = time.time()
+    samples_add(run=run, name="gpu.utilization", values=0.0, end=now, seconds=600)
+    samples_add(run=run, name="gpu.memory_used", values=40 * GIB, end=now, seconds=600)
+    tick()
+    event = AlertEvent.objects.get()
+    assert "holding 40 GiB" in event.summary
+    assert event.payload["why"]["fix_id"] == "gpu.idle_memory_held"
+
+
+def test_it_says_input_bound_when_the_loop_waits_on_data(project: Any, channel: Any,
+                                                        low_util_only: AlertRule) -> None:
+    run = run_create(project=project, steps=300)
+    now = time.time()
+    samples_add(run=run, name="gpu.utilization", values=10.0, end=now, seconds=300)
+    samples_add(run=run, name="step.duration", values=0.5, end=now, seconds=300, device="rank:0")
+    samples_add(run=run, name="step.data_wait", values=0.4, end=now, seconds=300, device="rank:0")
+    tick()
+    why = AlertEvent.objects.get().payload["why"]
+    assert why["fix_id"] == "dataloader.num_workers"
+    assert why["gain_pct"] == 80.0
+
+
+def test_it_fires_stalled_for_a_run_whose_steps_stopped(project: Any) -> None:
+    AlertRule.objects.filter(project=project).exclude(kind="stalled").update(enabled=False)
+    run = run_create(project=project, steps=100)
+    samples_add(run=run, name="step.duration", values=0.5, end=time.time() - 1200, seconds=100,
+                device="rank:0")
+    tick()
+    assert "last step 20 min ago" in AlertEvent.objects.get().summary
