@@ -93,3 +93,14 @@ def other_token(other_project: Any) -> str:
     from perfweb.projects.services import token_create
 
     return token_create(project=other_project, label="tests")
+
+
+@pytest.fixture(autouse=True)
+def _celery_runs_tasks_inline() -> Any:
+    """Tasks enqueued by code under test run in the test process (tests of real workers
+    start their own)."""
+    from perfweb.celery import app
+
+    app.conf.task_always_eager = True
+    yield
+    app.conf.task_always_eager = False

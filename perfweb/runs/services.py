@@ -194,11 +194,22 @@ def run_finish(*, project: Project, request: FinishRequest) -> Run:
         Run.objects.filter(id=run.id).update(last_seen_at=now)
         if request.final:
             status = Run.FINISHED if request.exit_code == 0 else Run.FAILED
-            Run.objects.filter(id=run.id).exclude(status__in=(Run.FINISHED, Run.FAILED)).update(
-                status=status, exit_code=request.exit_code, ended_at=ended_at
+            ended = (
+                Run.objects.filter(id=run.id)
+                .exclude(status__in=(Run.FINISHED, Run.FAILED))
+                .update(status=status, exit_code=request.exit_code, ended_at=ended_at)
             )
+            if ended:
+                transaction.on_commit(lambda: _enqueue_compaction(run.pk))
         run.refresh_from_db()
     return run
+
+
+def _enqueue_compaction(run_pk: int) -> None:
+    # The run is over: pack its last small chunks now rather than at the next beat tick.
+    from perfweb.series.tasks import compact_run_task
+
+    compact_run_task.delay(run_pk)
 
 
 def runs_mark_lost(*, silent_for: float, now: datetime | None = None) -> int:

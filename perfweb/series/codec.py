@@ -67,9 +67,10 @@ def _value_words(v: np.ndarray) -> tuple[int, np.ndarray]:
     for decimals in range(MAX_DECIMALS + 1):
         scale = float(10**decimals)
         if largest * scale < 2.0**52:
-            scaled = np.round(v * scale)
-            if np.array_equal(scaled / scale, v):
-                return decimals, np.diff(scaled.astype(np.int64), prepend=np.int64(0))
+            scaled = np.round(v * scale).astype(np.int64)
+            # Compare bits of what decode will give: -0.0 == 0.0, but comes back as 0.0.
+            if np.array_equal((scaled / scale).view(np.int64), v.view(np.int64)):
+                return decimals, np.diff(scaled, prepend=np.int64(0))
     bits = v.view(np.int64)
     return XOR_VALUES, bits ^ np.concatenate(([np.int64(0)], bits[:-1]))
 

@@ -1,0 +1,143 @@
+"""Compact sample storage: lossless packing, exact counts through compaction, and reads that
+keep extremes at every level of detail.
+
+Runs against SQLite here and against PostgreSQL through test_postgresql.py.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from perfweb.runs.models import Run
+from perfweb.series import codec
+from perfweb.series.models import Chunk, Series
+from perfweb.series.selectors import series_read, series_span
+from perfweb.series.services import Samples, series_append, series_compact
+
+from .agent_client import T0, Agent
+
+
+def realistic(n: int, *, seed: int = 0, step: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    t = T0 + np.arange(n) * step + rng.normal(0, step / 1000, n)
+    v = np.clip(np.round(60 + np.cumsum(rng.normal(0, 2, n))), 0, 100)
+    return t, v
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        [97.0, 95.0, 95.0, 0.0],  # utilisation
+        [312.457, 311.002, 299.999, 300.0],  # watts in mW steps
+        [85520809984.0, 8.5e10 + 4096, 1.0, 2.0],  # bytes
+        [0.1 + 0.2, np.pi, -np.e, 1e-300],  # not decimals: XORed
+        [1e300, -1e300, 5e-324, 0.5],
+    ],
+)
+def test_it_packs_samples_losslessly(values: list[float]) -> None:
+    t = np.array([T0 + 0.000000119, T0 + 0.5, T0 + 1.123456789, T0 + 2.0])
+    v = np.array(values)
+    for blob in (codec.encode(t=t, v=v), codec.encode_plain(t=t, v=v)):
+        decoded_t, decoded_v = codec.decode(blob=blob, count=4)
+        assert decoded_t.tobytes() == t.tobytes()
+        assert decoded_v.tobytes() == v.tobytes()
+
+
+def test_it_packs_a_realistic_series_small() -> None:
+    t, v = realistic(codec.CHUNK_SAMPLES)
+    assert len(codec.encode(t=t, v=v)) / len(t) < 4  # bytes per sample, times included
+
+
+@pytest.fixture
+def series_run(started: Agent) -> Run:
+    return Run.objects.get()
+
+
+def append_in_batches(run: Run, t: np.ndarray, v: np.ndarray, *, per_batch: int) -> None:
+    for i in range(0, len(t), per_batch):
+        piece = Samples(device="gpu:0", name="gpu.utilization", t=t[i : i + per_batch],
+                        v=v[i : i + per_batch])
+        series_append(run=run, samples=[piece])
+
+
+@pytest.mark.django_db
+def test_it_compacts_small_chunks_keeping_every_sample(series_run: Run) -> None:
+    t, v = realistic(20_000)
+    append_in_batches(series_run, t, v, per_batch=500)
+    series = Series.objects.get()
+    assert Chunk.objects.count() == 40
+    assert series_compact(series_id=series.id) == 40
+    assert sorted(Chunk.objects.values_list("count", flat=True)) == [3616, 8192, 8192]
+    [read] = series_read(run=series_run, points=100_000)
+    assert read.raw_count == 20_000 and not read.downsampled
+    assert read.t.tobytes() == t.tobytes() and read.v.tobytes() == v.tobytes()
+
+
+@pytest.mark.django_db
+def test_it_compacts_again_only_what_is_new(series_run: Run) -> None:
+    t, v = realistic(10_000)
+    append_in_batches(series_run, t[:9000], v[:9000], per_batch=1000)
+    series = Series.objects.get()
+    series_compact(series_id=series.id)
+    assert series_compact(series_id=series.id) == 0  # nothing small and unpacked is left
+    append_in_batches(series_run, t[9000:], v[9000:], per_batch=500)
+    assert series_compact(series_id=series.id) == 3  # the remainder and two new chunks
+    assert series_span(run=series_run)[0]["count"] == 10_000
+
+
+@pytest.mark.django_db
+def test_it_merges_late_samples_in_time_order(series_run: Run) -> None:
+    t, v = realistic(3000)
+    order = np.random.default_rng(1).permutation(3000)
+    append_in_batches(series_run, t[order], v[order], per_batch=300)
+    series_compact(series_id=Series.objects.get().id)
+    [read] = series_read(run=series_run, points=10_000)
+    assert read.t.tolist() == t.tolist() and read.v.tolist() == v.tolist()
+
+
+@pytest.fixture
+def long_series(series_run: Run) -> tuple[np.ndarray, np.ndarray]:
+    t, v = realistic(300_000, seed=2)
+    v[123_457] = 1000.0  # one spike and one dip that every level must keep
+    v[234_567] = -1000.0
+    append_in_batches(series_run, t, v, per_batch=50_000)
+    series_compact(series_id=Series.objects.get().id)
+    return t, v
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("points", [50, 500, 5000, 20_000])
+def test_it_keeps_the_extremes_at_every_level_of_detail(
+    series_run: Run, long_series: tuple[np.ndarray, np.ndarray], points: int
+) -> None:
+    t, v = long_series
+    [read] = series_read(run=series_run, points=points)
+    assert read.raw_count == len(t)
+    assert read.downsampled and len(read.t) <= points
+    assert read.v.max() == 1000.0 and read.t[read.v.argmax()] == t[123_457]
+    assert read.v.min() == -1000.0 and read.t[read.v.argmin()] == t[234_567]
+    assert (np.diff(read.t) >= 0).all()
+    assert set(read.t.tolist()) <= set(t.tolist())  # real samples, never invented
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("points", [100, 100_000])
+def test_it_counts_a_time_range_exactly(
+    series_run: Run, long_series: tuple[np.ndarray, np.ndarray], points: int
+) -> None:
+    t, _ = long_series
+    start, end = T0 + 10_000.5, T0 + 250_000.5  # mid-chunk at both ends
+    [read] = series_read(run=series_run, start=start, end=end, points=points)
+    assert read.raw_count == int(((t >= start) & (t <= end)).sum())
+    assert read.t.min() >= start and read.t.max() <= end
+    assert read.v.max() == 1000.0 and read.v.min() == -1000.0
+
+
+@pytest.mark.django_db
+def test_it_reads_only_the_series_asked_for(started: Agent) -> None:
+    started.batch()
+    run = Run.objects.get()
+    assert [s.name for s in series_read(run=run, names=["process.rss"])] == ["process.rss"]
+    assert [s.device for s in series_read(run=run, devices=["rank:0"])] == ["rank:0", "rank:0"]
+    assert series_read(run=run, start=T0 + 100) == []
