@@ -133,7 +133,7 @@ def comm_comp_overlap_pct(gpu: GpuEvents) -> float | None:
     return 100.0 * overlap_length(comm, comp) / comm_time
 
 
-def _launch_times(gpu: GpuEvents, trace: RankTrace) -> np.ndarray:
+def launch_times(gpu: GpuEvents, trace: RankTrace) -> np.ndarray:
     """Start time of the host call that launched each GPU event (NaN when unknown)."""
     host = trace.host
     launch = np.full(len(gpu), np.nan)
@@ -153,7 +153,7 @@ def _launch_times(gpu: GpuEvents, trace: RankTrace) -> np.ndarray:
 def idle_gaps(gpu: GpuEvents, trace: RankTrace) -> dict[int, dict[str, np.ndarray]]:
     """Per stream, the idle gaps before each kernel/memcpy/memset, grouped by cause (µs)."""
     work = gpu.subset(np.isin(gpu.kind, (KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET)))
-    launch = _launch_times(work, trace)
+    launch = launch_times(work, trace)
     result: dict[int, dict[str, np.ndarray]] = {}
     for stream in np.unique(work.stream):
         idx = np.flatnonzero(work.stream == stream)

@@ -1,0 +1,174 @@
+"""Host-device interplay: memcpy kinds and bandwidth, synchronisation points, kernel launch
+statistics, allocator calls and tensor-core use."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from recommender.analysis.intervals import merge, overlap_length, total
+from recommender.trace.classify import (
+    is_dense_math_kernel,
+    is_fp32_simt_kernel,
+    is_tensor_core_kernel,
+    memcpy_kind,
+)
+from recommender.trace.model import (
+    CPU_OP,
+    KIND_KERNEL,
+    KIND_MEMCPY,
+    TYPE_COMPUTATION,
+    RankTrace,
+)
+
+SHORT_KERNEL_US = 10.0  # kernels shorter than this are dominated by launch overhead
+SYNC_CALLS = (
+    "cudaDeviceSynchronize",
+    "cudaStreamSynchronize",
+    "cudaEventSynchronize",
+    "cudaMemcpy",
+    "hipDeviceSynchronize",
+    "hipStreamSynchronize",
+    "hipEventSynchronize",
+    "hipMemcpy",
+)
+BLOCKING_OPS = ("aten::item", "aten::_local_scalar_dense")
+ALLOCATOR_CALLS = ("cudaMalloc", "cudaFree", "hipMalloc", "hipFree")
+
+
+def memcpy_stats(trace: RankTrace) -> dict[str, dict[str, float]]:
+    """Per "direction host-kind" (e.g. "HtoD pageable"): count, bytes, µs and GB/s."""
+    gpu = trace.gpu
+    copies = gpu.kind == KIND_MEMCPY
+    size = len(trace.gpu_names)
+    ids = gpu.name_id[copies]
+    counts = np.bincount(ids, minlength=size)
+    nbytes = np.bincount(ids, weights=gpu.nbytes[copies].astype(np.float64), minlength=size)
+    micros = np.bincount(ids, weights=gpu.dur[copies], minlength=size)
+    out: dict[str, dict[str, float]] = {}
+    for name_id in np.flatnonzero(counts):
+        direction, host = memcpy_kind(trace.gpu_names[name_id])
+        row = out.setdefault(f"{direction} {host}", {"count": 0, "bytes": 0, "us": 0.0})
+        row["count"] += int(counts[name_id])
+        row["bytes"] += int(nbytes[name_id])
+        row["us"] += float(micros[name_id])
+    for row in out.values():
+        row["gbps"] = round(row["bytes"] / (row["us"] * 1e3), 3) if row["us"] > 0 else 0.0
+        row["us"] = round(row["us"], 3)
+    return out
+
+
+def h2d_serialisation(trace: RankTrace) -> dict[str, float]:
+    """Host-to-device copy time on streams that run compute, and how much of it overlaps compute.
+
+    A copy on the compute stream cannot overlap that stream's kernels; when little of the H2D
+    time overlaps any computation, the GPU waits for the copies.
+    """
+    gpu = trace.gpu
+    compute = gpu.gpu_type == TYPE_COMPUTATION
+    compute_streams = np.unique(gpu.stream[compute])
+    h2d_name = np.array(["HtoD" in name for name in trace.gpu_names] + [False], dtype=bool)
+    h2d = (gpu.kind == KIND_MEMCPY) & h2d_name[gpu.name_id]
+    on_compute = h2d & np.isin(gpu.stream, compute_streams)
+    copies = merge(gpu.ts[on_compute], gpu.end[on_compute])
+    copy_us = total(*copies)
+    overlapped = overlap_length(copies, merge(gpu.ts[compute], gpu.end[compute]))
+    return {
+        "h2d_on_compute_stream_us": round(copy_us, 3),
+        "h2d_overlapped_us": round(overlapped, 3),
+        "h2d_total_us": round(total(*merge(gpu.ts[h2d], gpu.end[h2d])), 3),
+    }
+
+
+def host_call_stats(trace: RankTrace, names: tuple[str, ...]) -> dict[str, dict[str, float]]:
+    """Count and total host time (µs) of the named runtime calls present in the trace."""
+    wanted = {i: n for i, n in enumerate(trace.runtime_names) if n in names}
+    out: dict[str, dict[str, float]] = {}
+    for name_id, name in wanted.items():
+        mask = trace.host.name_id == name_id
+        out[name] = {
+            "count": int(mask.sum()),
+            "us": round(float(trace.host.dur[mask].sum()), 3),
+        }
+    return out
+
+
+def sync_points(trace: RankTrace) -> dict[str, dict[str, float]]:
+    """Blocking synchronisations: runtime sync calls and `.item()`-style scalar reads."""
+    out = host_call_stats(trace, SYNC_CALLS)
+    # `.item()` runs aten::item -> aten::_local_scalar_dense: count the inner op once.
+    for op in reversed(BLOCKING_OPS):
+        if op in trace.cpu_op_counts:
+            out[op] = {"count": trace.cpu_op_counts[op], "us": 0.0}
+            break
+    return out
+
+
+def launch_stats(trace: RankTrace, launch_ts: np.ndarray) -> dict[str, float]:
+    """Kernel count, short-kernel share, median kernel and launch-delay times (µs)."""
+    gpu = trace.gpu
+    kernels = gpu.kind == KIND_KERNEL
+    durations = gpu.dur[kernels]
+    if durations.size == 0:
+        return {"kernels": 0}
+    short = durations < SHORT_KERNEL_US
+    delays = (gpu.ts - launch_ts)[kernels]
+    delays = delays[np.isfinite(delays)]
+    return {
+        "kernels": int(durations.size),
+        "short_kernels": int(short.sum()),
+        "short_kernel_share": round(float(short.mean()), 4),
+        "short_kernel_time_us": round(float(durations[short].sum()), 3),
+        "kernel_time_us": round(float(durations.sum()), 3),
+        "median_kernel_us": round(float(np.median(durations)), 3),
+        "median_launch_delay_us": round(float(np.median(delays)), 3) if delays.size else None,
+        "p95_launch_delay_us": round(float(np.percentile(delays, 95)), 3) if delays.size else None,
+    }
+
+
+def tensor_core_stats(trace: RankTrace) -> dict[str, float]:
+    """Dense-math (GEMM/conv) kernel time and the tensor-core and fp32-SIMT shares of it."""
+    gpu = trace.gpu
+    kernels = np.flatnonzero(gpu.kind == KIND_KERNEL)
+    per_name = np.bincount(
+        gpu.name_id[kernels], weights=gpu.dur[kernels], minlength=len(trace.gpu_names)
+    )
+    all_kernels = float(per_name.sum())
+    dense = tensor = simt = conv = attention = 0.0
+    for name_id in np.flatnonzero(per_name):
+        name = trace.gpu_names[name_id]
+        lowered = name.lower()
+        if "softmax" in lowered or "batched" in lowered or "bmm" in lowered:
+            attention += per_name[name_id]
+        if "conv" in lowered or "wgrad" in lowered or "dgrad" in lowered:
+            conv += per_name[name_id]
+        if not is_dense_math_kernel(name):
+            continue
+        dense += per_name[name_id]
+        if is_tensor_core_kernel(name):
+            tensor += per_name[name_id]
+        elif is_fp32_simt_kernel(name):
+            simt += per_name[name_id]
+    return {
+        "kernel_us": round(all_kernels, 3),
+        "dense_math_us": round(float(dense), 3),
+        "dense_math_share": round(float(dense / all_kernels), 4) if all_kernels else 0.0,
+        "tensor_core_share": round(float(tensor / dense), 4) if dense else 0.0,
+        "fp32_simt_share": round(float(simt / dense), 4) if dense else 0.0,
+        "conv_share": round(float(conv / all_kernels), 4) if all_kernels else 0.0,
+        "softmax_bmm_share": round(float(attention / all_kernels), 4) if all_kernels else 0.0,
+    }
+
+
+def cpu_op_stats(trace: RankTrace) -> dict[str, float]:
+    """CPU operators per profiled step and their median duration (µs): dispatch overhead."""
+    ops = trace.cpu.cpu_class == CPU_OP
+    if not trace.steps or not ops.any():
+        return {"ops_per_step": 0.0, "median_op_us": 0.0}
+    first = min(s.ts for s in trace.steps)
+    last = max(s.ts + s.dur for s in trace.steps)
+    inside = ops & (trace.cpu.ts >= first) & (trace.cpu.ts < last)
+    durations = trace.cpu.dur[inside]
+    return {
+        "ops_per_step": round(float(durations.size) / len(trace.steps), 1),
+        "median_op_us": round(float(np.median(durations)), 3) if durations.size else 0.0,
+    }

@@ -1,0 +1,121 @@
+"""All analyses of one rank's trace, gathered in a `TraceSummary` (what the rules read)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from recommender.analysis import gpu_time, host_device, steps
+from recommender.trace.model import RankTrace
+
+# CPU operators whose presence is evidence for a diagnosis (counted per trace).
+MARKER_OPS = (
+    "Broadcast",  # nn.DataParallel replicates the module every forward
+    "ReduceAddCoalesced",
+    "Gather",
+    "Scatter",
+    "aten::item",
+    "aten::_local_scalar_dense",
+    "aten::bmm",
+    "aten::softmax",
+    "aten::_softmax",
+    "aten::baddbmm",
+    "aten::scaled_dot_product_attention",
+    "aten::_scaled_dot_product_flash_attention",
+    "aten::_scaled_dot_product_efficient_attention",
+    "aten::cudnn_convolution",
+    "aten::convolution",
+    "aten::mm",
+    "aten::addmm",
+)
+
+
+@dataclass
+class TraceSummary:
+    """The analysed form of one rank's trace: numbers only, JSON-ready."""
+
+    rank: int
+    source: str
+    temporal: gpu_time.Temporal
+    comm_comp_overlap_pct: float | None
+    idle_breakdown: dict[str, dict[str, dict[str, float]]]
+    kernel_breakdown: dict[str, dict[str, float]]
+    steps: list[dict[str, float]]
+    step_shares: dict[str, float]
+    memcpy: dict[str, dict[str, float]]
+    h2d: dict[str, float]
+    sync_points: dict[str, dict[str, float]]
+    allocator: dict[str, dict[str, float]]
+    launch: dict[str, Any]
+    tensor_cores: dict[str, float]
+    cpu_ops: dict[str, float] = field(default_factory=dict)
+    markers: dict[str, int] = field(default_factory=dict)
+    world_size: int | None = None
+    backend: str | None = None
+    compute_capability: tuple[int, int] | None = None
+
+    @property
+    def steady_step_count(self) -> int:
+        """Number of steps the per-step numbers are averaged over."""
+        return len(steps.steady_steps(self.steps))
+
+    @property
+    def mean_step_us(self) -> float | None:
+        """Mean duration of the steady steps (µs), None without steps."""
+        rows = steps.steady_steps(self.steps)
+        return sum(r["duration_us"] for r in rows) / len(rows) if rows else None
+
+    def host_wait_share(self) -> float:
+        """Share of all per-stream idle time that is host wait (GPU waiting on the CPU)."""
+        causes = [c for stream in self.idle_breakdown.values() for c in stream.items()]
+        idle = sum(v["us"] for _, v in causes)
+        return sum(v["us"] for k, v in causes if k == "host_wait") / idle if idle else 0.0
+
+    def as_json(self) -> dict[str, Any]:
+        """The CLI's per-rank JSON object."""
+        return {
+            "source": self.source,
+            "temporal_breakdown": self.temporal.as_dict(),
+            "comm_comp_overlap_pct": (
+                None if self.comm_comp_overlap_pct is None else round(self.comm_comp_overlap_pct, 2)
+            ),
+            "idle_breakdown": self.idle_breakdown,
+            "kernel_breakdown": self.kernel_breakdown,
+            "steps": self.steps,
+            "step_shares": {k: round(v, 4) for k, v in self.step_shares.items()},
+            "memcpy": self.memcpy,
+            "h2d": self.h2d,
+            "sync_points": self.sync_points,
+            "allocator": self.allocator,
+            "launch": self.launch,
+            "tensor_cores": self.tensor_cores,
+            "cpu_ops": self.cpu_ops,
+            "markers": self.markers,
+        }
+
+
+def summarize(trace: RankTrace) -> TraceSummary:
+    """Run every analysis on one rank's trace."""
+    window = gpu_time.analysis_window(trace)
+    step_rows = steps.step_breakdown(trace)
+    return TraceSummary(
+        rank=trace.rank,
+        source=trace.source,
+        temporal=gpu_time.temporal_breakdown(window),
+        comm_comp_overlap_pct=gpu_time.comm_comp_overlap_pct(window),
+        idle_breakdown=gpu_time.idle_breakdown(window, trace),
+        kernel_breakdown=gpu_time.kernel_breakdown(window),
+        steps=step_rows,
+        step_shares=steps.category_shares(steps.steady_steps(step_rows)),
+        memcpy=host_device.memcpy_stats(trace),
+        h2d=host_device.h2d_serialisation(trace),
+        sync_points=host_device.sync_points(trace),
+        allocator=host_device.host_call_stats(trace, host_device.ALLOCATOR_CALLS),
+        launch=host_device.launch_stats(trace, gpu_time.launch_times(trace.gpu, trace)),
+        tensor_cores=host_device.tensor_core_stats(trace),
+        cpu_ops=host_device.cpu_op_stats(trace),
+        markers={op: trace.cpu_op_counts[op] for op in MARKER_OPS if op in trace.cpu_op_counts},
+        world_size=trace.world_size,
+        backend=trace.backend,
+        compute_capability=trace.compute_capability,
+    )

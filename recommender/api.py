@@ -1,0 +1,75 @@
+"""One entry point for any input: a trace file, a directory of rank traces, or an agent's
+offline directory -> the report (per-rank analyses + ranked findings)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from recommender.analysis.summary import TraceSummary, summarize
+from recommender.errors import InputError
+from recommender.evidence import RunEvidence
+from recommender.offline import find_runs, load_run
+from recommender.rules import diagnose
+from recommender.rules.base import Finding
+from recommender.trace.loader import load_trace, trace_files
+
+
+@dataclass
+class Report:
+    """What `analyze` returns: the analysed traces, the findings (best first), and context."""
+
+    traces: list[TraceSummary]
+    findings: list[Finding]
+    run_id: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def as_json(self) -> dict[str, Any]:
+        """The CLI's JSON document."""
+        ranks: dict[str, Any] = {}
+        for trace in self.traces:
+            key = str(trace.rank)
+            n = 1
+            while key in ranks:  # several profiler windows of one rank
+                n += 1
+                key = f"{trace.rank}#{n}"
+            ranks[key] = trace.as_json()
+        return {
+            "run_id": self.run_id,
+            "ranks": ranks,
+            "findings": [f.as_json() for f in self.findings],
+            "notes": self.notes,
+        }
+
+
+def analyze_evidence(evidence: RunEvidence, *, run_id: str | None = None) -> Report:
+    """Diagnose already-gathered evidence (what the server-side adapter calls)."""
+    return Report(traces=evidence.traces, findings=diagnose(evidence), run_id=run_id)
+
+
+def analyze_path(path: str | Path) -> Report:
+    """Analyse a trace file, a directory of rank traces, or an agent offline directory."""
+    path = Path(path)
+    if not path.exists():
+        raise InputError(f"{path}: no such file or directory")
+    if path.is_file():
+        return analyze_evidence(RunEvidence(traces=[summarize(load_trace(path))]))
+    runs = find_runs(path)
+    if runs:
+        run = runs[-1]
+        evidence, _ = load_run(run)
+        report = analyze_evidence(evidence, run_id=run.run_id)
+        if len(runs) > 1:
+            report.notes.append(f"{len(runs)} runs in {path}; analysed the latest, {run.run_id}")
+        return report
+    files = trace_files(path)
+    if not files:
+        raise InputError(
+            f"{path}: neither a trace file, a directory of traces, nor an agent directory"
+        )
+    traces = sorted(
+        (summarize(load_trace(f, fallback_rank=i)) for i, f in enumerate(files)),
+        key=lambda t: t.rank,
+    )
+    return analyze_evidence(RunEvidence(traces=traces))

@@ -1,0 +1,39 @@
+"""The rule registry: one pure, documented rule per FIXES.md id, and `diagnose`."""
+
+from __future__ import annotations
+
+import logging
+
+from recommender.evidence import RunEvidence
+from recommender.rules import cpu, data_path, distributed, operator, system  # noqa: F401 (registers)
+from recommender.rules.base import REGISTRY, Finding, rank_findings
+
+log = logging.getLogger(__name__)
+
+# FIXES.md ids no rule covers yet, and why (the signals we have cannot support them).
+UNSUPPORTED = {
+    "inference.dynamic_batching": "needs request-level timings; the agent reports steps only",
+    "model.quantization": "needs the deployment target and an accuracy budget (no fact for it)",
+    "model.pruning": "needs an accuracy budget and model-size goals (no fact for it)",
+    "model.distillation": "needs the deployment's size goal (no fact for it)",
+}
+
+
+def diagnose(evidence: RunEvidence) -> list[Finding]:
+    """Run every registered rule on the evidence; findings ranked best first.
+
+    A rule that raises is logged and skipped: one faulty rule never hides the others. A
+    finding whose fix an optimisation job measured ranks by that measured gain.
+    """
+    findings: list[Finding] = []
+    for registered in REGISTRY.values():
+        try:
+            result = registered.func(evidence)
+        except Exception:  # noqa: BLE001 - isolate rule bugs from the diagnosis
+            log.exception("rule %s failed", registered.id)
+            continue
+        if result is not None:
+            if registered.id in evidence.verified_gains:
+                result.measured_gain = evidence.verified_gains[registered.id]
+            findings.append(result)
+    return rank_findings(findings)

@@ -1,0 +1,154 @@
+"""Findings, the rule registry and the ranking.
+
+A rule is a pure function `RunEvidence -> Finding | None`, registered under one id of
+FIXES.md. Its docstring has three paragraphs, What / Why / Fix, shown verbatim in the UI.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from recommender.evidence import RunEvidence
+
+RISK_CLASSES = ("data-path", "operator", "distributed", "model", "system")
+# Discount per risk class: the cheapest safe changes first (FIXES.md). A model-class finding
+# can never outrank an equally large data-path one.
+RISK_WEIGHT = {
+    "data-path": 1.0,
+    "operator": 0.8,
+    "distributed": 0.7,
+    "model": 0.5,
+    "system": 0.3,
+}
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One measured number behind a finding."""
+
+    label: str
+    value: float | int | str | bool
+    unit: str
+    source: str  # "trace", "metrics", "facts" (with detail, e.g. "trace rank 0")
+
+    def as_json(self) -> dict[str, Any]:
+        """JSON form."""
+        value = round(self.value, 4) if isinstance(self.value, float) else self.value
+        return {"label": self.label, "value": value, "unit": self.unit, "source": self.source}
+
+
+@dataclass(frozen=True)
+class Fix:
+    """What to do: text, a short code snippet, and the knob an optimisation job can apply."""
+
+    text: str
+    snippet: str = ""
+    knob: str | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        """JSON form."""
+        return {"text": self.text, "snippet": self.snippet, "knob": self.knob}
+
+
+@dataclass
+class Finding:
+    """One diagnosis: id, title, evidence, estimated gain, confidence, risk and the fix."""
+
+    id: str
+    title: str
+    risk: str
+    confidence: float  # 0..1
+    estimated_gain: float  # fraction of step time recoverable, 0..1
+    gain_basis: str  # how the gain was estimated
+    evidence: list[Evidence]
+    fix: Fix
+    doc: str = ""
+    measured_gain: float | None = None  # set when an optimisation job verified the fix
+
+    @property
+    def score(self) -> float:
+        """Ranking key: expected time recovered x confidence x risk discount; or measured gain."""
+        if self.measured_gain is not None:
+            return max(0.0, self.measured_gain)
+        return self.estimated_gain * self.confidence * RISK_WEIGHT[self.risk]
+
+    def as_json(self) -> dict[str, Any]:
+        """JSON form (the CLI's `findings[]`)."""
+        return {
+            "id": self.id,
+            "title": self.title,
+            "risk": self.risk,
+            "confidence": round(self.confidence, 2),
+            "estimated_gain": round(self.estimated_gain, 4),
+            "gain_basis": self.gain_basis,
+            "measured_gain": self.measured_gain,
+            "score": round(self.score, 4),
+            "evidence": [e.as_json() for e in self.evidence],
+            "fix": self.fix.as_json(),
+            "doc": self.doc,
+        }
+
+
+Rule = Callable[[RunEvidence], "Finding | None"]
+
+
+@dataclass
+class RegisteredRule:
+    """A rule with its id, risk class and documentation."""
+
+    id: str
+    risk: str
+    func: Rule
+    doc: str = field(default="")
+
+
+REGISTRY: dict[str, RegisteredRule] = {}
+
+
+def rule(rule_id: str, *, risk: str) -> Callable[[Rule], Rule]:
+    """Register a rule function under a FIXES.md id."""
+    if risk not in RISK_CLASSES:
+        raise ValueError(f"unknown risk class {risk!r}")
+
+    def register(func: Rule) -> Rule:
+        if rule_id in REGISTRY:
+            raise ValueError(f"rule {rule_id!r} registered twice")
+        REGISTRY[rule_id] = RegisteredRule(
+            id=rule_id, risk=risk, func=func, doc=inspect.cleandoc(func.__doc__ or "")
+        )
+        return func
+
+    return register
+
+
+def finding(
+    rule_id: str,
+    *,
+    title: str,
+    confidence: float,
+    gain: float,
+    basis: str,
+    evidence: list[Evidence],
+    fix: Fix,
+) -> Finding:
+    """Build a Finding for a registered rule (risk class and doc come from the registry)."""
+    registered = REGISTRY[rule_id]
+    return Finding(
+        id=rule_id,
+        title=title,
+        risk=registered.risk,
+        confidence=max(0.0, min(1.0, confidence)),
+        estimated_gain=max(0.0, min(1.0, gain)),
+        gain_basis=basis,
+        evidence=evidence,
+        fix=fix,
+        doc=registered.doc,
+    )
+
+
+def rank_findings(findings: list[Finding]) -> list[Finding]:
+    """Best first: by score, then risk class order, then id (stable, deterministic)."""
+    return sorted(findings, key=lambda f: (-f.score, RISK_CLASSES.index(f.risk), f.id))

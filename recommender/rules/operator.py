@@ -1,0 +1,382 @@
+"""Operator rules: the same math, executed differently (check compatibility and numerics)."""
+
+from __future__ import annotations
+
+from recommender.analysis.summary import TraceSummary
+from recommender.evidence import RunEvidence
+from recommender.rules.base import Evidence, Finding, Fix, finding, rule
+from recommender.rules.signals import compute_capability
+
+SHORT_KERNEL_SHARE_MIN = 0.5  # fraction of kernels shorter than 10 µs
+HOST_WAIT_SHARE_MIN = 0.5  # fraction of GPU idle time that is host wait
+IDLE_PCT_MIN = 20.0  # % of the kernel span the GPU is idle
+GRAPH_RECOVERABLE = 0.7  # share of host-wait idle CUDA Graphs / torch.compile remove
+CPU_OPS_PER_STEP_MIN = 300  # CPU-only: operators per step
+CPU_OP_MEDIAN_MAX_US = 20.0  # CPU-only: median operator duration (µs)
+DISPATCH_OVERHEAD_US = 5.0  # per-operator framework overhead on the CPU (µs, prior)
+DENSE_MATH_SHARE_MIN = 0.2  # GEMM/conv share of kernel time worth speeding up
+FP32_SIMT_SHARE_MIN = 0.5  # share of dense math in fp32 on CUDA cores
+TENSOR_CORE_SHARE_MAX = 0.1  # share of dense math already on tensor cores
+TENSOR_CORE_SPEEDUP = 2.0  # conservative speed-up of dense math on tensor cores
+CONV_SHARE_MIN = 0.2  # convolution share of kernel time
+CUDNN_AUTOTUNE_GAIN = 0.2  # typical share of conv time cudnn.benchmark saves
+ATTENTION_SHARE_MIN = 0.1  # softmax + batched GEMM share of kernel time
+FUSED_ATTENTION_GAIN = 0.5  # share of that time a fused attention kernel saves
+LOW_UTILIZATION_PCT = 50.0  # GPU utilisation below this leaves room for a larger batch
+MEMORY_HEADROOM_MAX = 0.5  # peak memory / device memory below this leaves room
+OOM_RISK_SHARE = 0.9  # peak memory / device memory above this risks OOM
+
+
+def _gpu_busy_share(trace: TraceSummary) -> float:
+    t = trace.temporal
+    return 1 - t.idle_us / t.kernel_span_us if t.kernel_span_us else 0.0
+
+
+@rule("launch.overhead", risk="operator")
+def launch_overhead(evidence: RunEvidence) -> Finding | None:
+    """What: many tiny kernels (or CPU operators), and the device waits on the host between them.
+
+    Why: every operator pays a fixed framework + launch cost of several microseconds; when the
+    work per operator is smaller than that, the host's dispatch speed sets the step time.
+
+    Fix: `torch.compile(mode="reduce-overhead")` (fuses operators, replays CUDA Graphs), or a
+    larger batch so each operator does more work.
+    """
+    for trace in evidence.traces:
+        launch = trace.launch
+        if launch.get("kernels", 0) >= 50:
+            idle_pct = trace.temporal.pct(trace.temporal.idle_us)
+            host_wait = trace.host_wait_share()
+            short = launch.get("short_kernel_share", 0.0)
+            if short < SHORT_KERNEL_SHARE_MIN or host_wait < HOST_WAIT_SHARE_MIN:
+                continue
+            if idle_pct < IDLE_PCT_MIN:
+                continue
+            gain = idle_pct / 100 * host_wait * GRAPH_RECOVERABLE
+            return _launch_finding(
+                title=f"{short:.0%} of kernels are under 10 µs; the GPU waits on the host",
+                gain=gain,
+                basis=f"host-wait idle ({idle_pct * host_wait:.1f}% of GPU time) x "
+                f"{GRAPH_RECOVERABLE:.0%} removable by graphs/fusion",
+                evidence=[
+                    Evidence("kernels under 10 µs", short, "fraction", f"trace rank {trace.rank}"),
+                    Evidence("GPU idle", idle_pct, "% of kernel span", "trace"),
+                    Evidence("idle that is host wait", host_wait, "fraction", "trace"),
+                ],
+            )
+        ops = trace.cpu_ops
+        if (
+            launch.get("kernels", 0) == 0
+            and ops.get("ops_per_step", 0) >= CPU_OPS_PER_STEP_MIN
+            and 0 < ops.get("median_op_us", 0) <= CPU_OP_MEDIAN_MAX_US
+        ):
+            step_us = trace.mean_step_us or 0.0
+            overhead = ops["ops_per_step"] * DISPATCH_OVERHEAD_US
+            gain = min(0.8, overhead / step_us) if step_us else 0.0
+            return _launch_finding(
+                title=f"{ops['ops_per_step']:.0f} tiny operators per step "
+                f"(median {ops['median_op_us']:.1f} µs)",
+                gain=gain,
+                basis=f"{DISPATCH_OVERHEAD_US:g} µs framework overhead per operator x "
+                "operators per step, over the mean step time",
+                evidence=[
+                    Evidence(
+                        "operators per step", ops["ops_per_step"], "ops", f"trace rank {trace.rank}"
+                    ),
+                    Evidence("median operator time", ops["median_op_us"], "µs", "trace"),
+                    Evidence("mean step time", step_us, "µs", "trace"),
+                ],
+            )
+    return None
+
+
+def _launch_finding(*, title: str, gain: float, basis: str, evidence: list[Evidence]) -> Finding:
+    return finding(
+        "launch.overhead",
+        title=title,
+        confidence=0.7,
+        gain=gain,
+        basis=basis,
+        evidence=evidence,
+        fix=Fix(
+            text="Fuse the small operators and cut per-launch cost, or give each one more work.",
+            snippet='model = torch.compile(model, mode="reduce-overhead")\n'
+            "# or: a larger batch_size",
+            knob="compile=reduce-overhead",
+        ),
+    )
+
+
+def _fp32_dense(trace: TraceSummary) -> float | None:
+    """Share of step time in fp32 CUDA-core GEMM/conv kernels, when that is the pattern."""
+    tc = trace.tensor_cores
+    if tc.get("dense_math_share", 0) < DENSE_MATH_SHARE_MIN:
+        return None
+    if tc.get("fp32_simt_share", 0) < FP32_SIMT_SHARE_MIN:
+        return None
+    if tc.get("tensor_core_share", 0) > TENSOR_CORE_SHARE_MAX:
+        return None
+    return _gpu_busy_share(trace) * tc["dense_math_share"] * tc["fp32_simt_share"]
+
+
+@rule("precision.amp", risk="operator")
+def precision_amp(evidence: RunEvidence) -> Finding | None:
+    """What: GEMMs and convolutions run in fp32 on CUDA cores; no tensor-core kernels.
+
+    Why: since Volta (compute capability 7.0) tensor cores run fp16/bf16 matrix math several
+    times faster than fp32 CUDA cores, and halve activation memory traffic.
+
+    Fix: wrap the forward pass in `torch.autocast` (bf16; or fp16 with a GradScaler).
+    """
+    capability = compute_capability(evidence)
+    if capability is None or capability < (7, 0) or evidence.fact("amp.autocast") is True:
+        return None
+    for trace in evidence.traces:
+        share = _fp32_dense(trace)
+        if share is None:
+            continue
+        tc = trace.tensor_cores
+        return finding(
+            "precision.amp",
+            title=f"{tc['fp32_simt_share']:.0%} of matrix math runs in fp32 without tensor cores",
+            confidence=0.6,
+            gain=share * (1 - 1 / TENSOR_CORE_SPEEDUP),
+            basis=f"fp32 GEMM/conv share of step ({share:.1%}) x (1 - 1/{TENSOR_CORE_SPEEDUP:g})",
+            evidence=[
+                Evidence(
+                    "GEMM/conv share of kernel time", tc["dense_math_share"], "fraction", "trace"
+                ),
+                Evidence("of which fp32 CUDA-core", tc["fp32_simt_share"], "fraction", "trace"),
+                Evidence(
+                    "compute capability", f"{capability[0]}.{capability[1]}", "", "facts/trace"
+                ),
+            ],
+            fix=Fix(
+                text="Run the forward pass under autocast (bf16 needs no GradScaler).",
+                snippet='with torch.autocast("cuda", dtype=torch.bfloat16):\n'
+                "    loss = model(x).loss",
+                knob="amp=bf16",
+            ),
+        )
+    return None
+
+
+@rule("precision.tf32", risk="operator")
+def precision_tf32(evidence: RunEvidence) -> Finding | None:
+    """What: fp32 matrix math on an Ampere-or-newer GPU with TF32 disabled.
+
+    Why: TF32 tensor cores run fp32 matmuls up to 8x faster with a 10-bit mantissa, which is
+    enough for training almost every network.
+
+    Fix: `torch.set_float32_matmul_precision("high")`.
+    """
+    capability = compute_capability(evidence)
+    if capability is None or capability < (8, 0):
+        return None
+    precision = evidence.fact("torch.float32_matmul_precision")
+    if precision != "highest" or evidence.fact("cuda.matmul.allow_tf32") is True:
+        return None
+    shares = [s for s in (_fp32_dense(t) for t in evidence.traces) if s is not None]
+    gain = max(shares) * (1 - 1 / TENSOR_CORE_SPEEDUP) if shares else 0.1
+    return finding(
+        "precision.tf32",
+        title="fp32 matmuls on an Ampere+ GPU with TF32 off",
+        confidence=0.7 if shares else 0.5,
+        gain=gain,
+        basis="fp32 GEMM/conv share x (1 - 1/2)" if shares else "prior: 10% (no trace)",
+        evidence=[
+            Evidence("float32_matmul_precision", precision, "", "facts"),
+            Evidence("compute capability", f"{capability[0]}.{capability[1]}", "", "facts/trace"),
+        ],
+        fix=Fix(
+            text="Allow TF32 tensor cores for fp32 matmuls.",
+            snippet='torch.set_float32_matmul_precision("high")',
+            knob="tf32=true",
+        ),
+    )
+
+
+@rule("precision.scaler_misuse", risk="operator")
+def precision_scaler_misuse(evidence: RunEvidence) -> Finding | None:
+    """What: fp16 autocast without a GradScaler, or `scaler.step()` without `scaler.update()`.
+
+    Why: fp16 gradients underflow to zero without loss scaling; a scaler that never updates
+    keeps a stale scale, skipping steps or underflowing. Training silently degrades.
+
+    Fix: scale -> backward -> step -> update, every step.
+    """
+    items: list[Evidence] = []
+    if evidence.fact("amp.scaler_step_without_update") is True:
+        items.append(Evidence("scaler.step without scaler.update", True, "flag", "facts"))
+    dtype = str(evidence.fact("amp.autocast_dtype", ""))
+    if (
+        "float16" in dtype
+        and "bfloat16" not in dtype
+        and evidence.fact("training.backward") is True
+        and evidence.fact("amp.grad_scaler") is not True
+    ):
+        items.append(Evidence("fp16 autocast without GradScaler", dtype, "", "facts"))
+    if not items:
+        return None
+    return finding(
+        "precision.scaler_misuse",
+        title="fp16 mixed precision without a working GradScaler",
+        confidence=0.8,
+        gain=0.0,
+        basis="correctness, not speed: no time estimate",
+        evidence=items,
+        fix=Fix(
+            text="Use GradScaler in the order scale, backward, step, update.",
+            snippet="scaler = torch.amp.GradScaler()\nscaler.scale(loss).backward()\n"
+            "scaler.step(optimizer)\nscaler.update()",
+        ),
+    )
+
+
+@rule("cudnn.benchmark", risk="operator")
+def cudnn_benchmark(evidence: RunEvidence) -> Finding | None:
+    """What: a convolution-heavy model runs with `cudnn.benchmark=False`.
+
+    Why: with fixed input shapes, cuDNN's autotuner picks the fastest convolution algorithm
+    once; without it a heuristic choice can be much slower.
+
+    Fix: `torch.backends.cudnn.benchmark = True` (when input shapes do not change every step).
+    """
+    if evidence.fact("cudnn.benchmark") is not False:
+        return None
+    for trace in evidence.traces:
+        conv = trace.tensor_cores.get("conv_share", 0.0)
+        if conv < CONV_SHARE_MIN:
+            continue
+        share = _gpu_busy_share(trace) * conv
+        return finding(
+            "cudnn.benchmark",
+            title=f"Convolutions take {conv:.0%} of GPU kernel time without cuDNN autotuning",
+            confidence=0.5,
+            gain=share * CUDNN_AUTOTUNE_GAIN,
+            basis=f"conv share of step ({share:.1%}) x {CUDNN_AUTOTUNE_GAIN:.0%} typical saving",
+            evidence=[
+                Evidence("convolution share of kernel time", conv, "fraction", "trace"),
+                Evidence("cudnn.benchmark", False, "flag", "facts"),
+            ],
+            fix=Fix(
+                text="Let cuDNN benchmark its convolution algorithms once per input shape.",
+                snippet="torch.backends.cudnn.benchmark = True",
+                knob="cudnn_benchmark=true",
+            ),
+        )
+    return None
+
+
+@rule("attention.fused", risk="operator")
+def attention_fused(evidence: RunEvidence) -> Finding | None:
+    """What: hand-written attention (matmul -> softmax -> matmul) takes much of the GPU time.
+
+    Why: the unfused form writes the full attention matrix to memory and reads it back; fused
+    Flash / memory-efficient kernels never materialise it.
+
+    Fix: `torch.nn.functional.scaled_dot_product_attention(q, k, v)`.
+    """
+    for trace in evidence.traces:
+        markers = trace.markers
+        if any("scaled_dot_product" in m for m in markers):
+            continue
+        if not (markers.get("aten::bmm") or markers.get("aten::baddbmm")):
+            continue
+        if not (markers.get("aten::softmax") or markers.get("aten::_softmax")):
+            continue
+        share = trace.tensor_cores.get("softmax_bmm_share", 0.0)
+        if share < ATTENTION_SHARE_MIN:
+            continue
+        step_share = _gpu_busy_share(trace) * share
+        return finding(
+            "attention.fused",
+            title=f"Unfused attention (bmm + softmax) takes {share:.0%} of kernel time",
+            confidence=0.4,
+            gain=step_share * FUSED_ATTENTION_GAIN,
+            basis=f"softmax/batched-GEMM share of step x {FUSED_ATTENTION_GAIN:.0%}",
+            evidence=[
+                Evidence("softmax + batched GEMM share of kernel time", share, "fraction", "trace"),
+                Evidence("aten::bmm calls", markers.get("aten::bmm", 0), "calls", "trace"),
+            ],
+            fix=Fix(
+                text="Use PyTorch's fused attention.",
+                snippet="from torch.nn.functional import scaled_dot_product_attention\n"
+                "out = scaled_dot_product_attention(q, k, v, is_causal=True)",
+            ),
+        )
+    return None
+
+
+def _memory_total(evidence: RunEvidence) -> float | None:
+    totals = [d.get("memory_total") for d in evidence.devices if d.get("kind") == "gpu"]
+    totals = [t for t in totals if isinstance(t, (int, float)) and t > 0]
+    return float(min(totals)) if totals else None
+
+
+def _peak_memory(evidence: RunEvidence) -> float | None:
+    values = evidence.values("torch.cuda_peak") or evidence.values("gpu.memory_used")
+    return max(values) if values else None
+
+
+@rule("batch.increase", risk="operator")
+def batch_increase(evidence: RunEvidence) -> Finding | None:
+    """What: the GPU is mostly idle and most of its memory is unused.
+
+    Why: small batches leave the GPU's parallelism unused and pay per-step fixed costs (launch,
+    optimizer, synchronisation) more often per sample.
+
+    Fix: raise the batch size (and the learning rate with it), or accumulate gradients.
+    """
+    utilization = evidence.values("gpu.utilization")
+    total, peak = _memory_total(evidence), _peak_memory(evidence)
+    if len(utilization) < 5 or total is None or peak is None:
+        return None
+    util = sorted(utilization)[len(utilization) // 2]
+    headroom = peak / total
+    if util >= LOW_UTILIZATION_PCT or headroom >= MEMORY_HEADROOM_MAX:
+        return None
+    return finding(
+        "batch.increase",
+        title=f"GPU {util:.0f}% busy using {headroom:.0%} of its memory",
+        confidence=0.5,
+        gain=(1 - util / 100) * 0.3,
+        basis="30% of the GPU's idle share (prior for a 2x batch)",
+        evidence=[
+            Evidence("GPU utilisation (median)", util, "%", "metrics"),
+            Evidence("peak memory / device memory", headroom, "fraction", "metrics"),
+        ],
+        fix=Fix(
+            text="Double the batch size while memory allows; scale the learning rate.",
+            snippet="DataLoader(dataset, batch_size=2 * batch_size, ...)",
+            knob="batch_size=N",
+        ),
+    )
+
+
+@rule("memory.oom_risk", risk="operator")
+def memory_oom_risk(evidence: RunEvidence) -> Finding | None:
+    """What: peak GPU memory above 90% of the device.
+
+    Why: a slightly longer sequence or a fragmented allocator then ends the run with an
+    out-of-memory error.
+
+    Fix: activation checkpointing, autocast (halves activations) or a smaller micro-batch
+    with gradient accumulation.
+    """
+    total, peak = _memory_total(evidence), _peak_memory(evidence)
+    if total is None or peak is None or peak / total < OOM_RISK_SHARE:
+        return None
+    return finding(
+        "memory.oom_risk",
+        title=f"Peak GPU memory at {peak / total:.0%} of the device",
+        confidence=0.8,
+        gain=0.0,
+        basis="risk of failure, not speed: no time estimate",
+        evidence=[Evidence("peak memory / device memory", peak / total, "fraction", "metrics")],
+        fix=Fix(
+            text="Reduce activation memory.",
+            snippet="from torch.utils.checkpoint import checkpoint\n"
+            "y = checkpoint(block, x, use_reentrant=False)",
+        ),
+    )

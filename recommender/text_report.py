@@ -1,0 +1,65 @@
+"""The human-readable report of `python -m recommender analyze`."""
+
+from __future__ import annotations
+
+from recommender.analysis.summary import TraceSummary
+from recommender.api import Report
+from recommender.rules.base import Finding
+
+
+def _rank_lines(trace: TraceSummary) -> list[str]:
+    t = trace.temporal.as_dict()
+    lines = [
+        f"rank {trace.rank}  ({trace.source})",
+        f"  GPU time over the kernel span ({t['kernel_span_us'] / 1e3:.1f} ms): "
+        f"idle {t['idle_pct']:.1f}%  compute {t['compute_pct']:.1f}%  "
+        f"non-compute {t['non_compute_pct']:.1f}%",
+    ]
+    if trace.comm_comp_overlap_pct is not None:
+        lines.append(f"  communication overlapped by compute: {trace.comm_comp_overlap_pct:.1f}%")
+    if trace.steps:
+        mean = trace.mean_step_us or 0.0
+        shares = ", ".join(f"{k} {v:.0%}" for k, v in trace.step_shares.items() if v >= 0.005)
+        lines.append(f"  {len(trace.steps)} steps, mean {mean / 1e3:.1f} ms: {shares}")
+    return lines
+
+
+def _finding_lines(position: int, finding: Finding) -> list[str]:
+    gain = (
+        f"~{finding.estimated_gain:.0%} of step time"
+        if finding.estimated_gain
+        else "no time estimate"
+    )
+    if finding.measured_gain is not None:
+        gain = f"measured {finding.measured_gain:.0%}"
+    lines = [
+        f"{position}. [{finding.id}] {finding.title}",
+        f"   gain {gain} ({finding.gain_basis})",
+        f"   confidence {finding.confidence:.0%}, risk class {finding.risk}",
+    ]
+    for item in finding.evidence:
+        value = f"{item.value:.4g}" if isinstance(item.value, float) else str(item.value)
+        lines.append(f"   - {item.label}: {value} {item.unit} [{item.source}]".rstrip())
+    lines.append(f"   fix: {finding.fix.text}")
+    lines += [f"     | {line}" for line in finding.fix.snippet.splitlines()]
+    if finding.fix.knob:
+        lines.append(f"     knob: {finding.fix.knob}")
+    return lines
+
+
+def render_text(report: Report) -> str:
+    """The report as plain text: per-rank summaries, then the ranked findings."""
+    lines: list[str] = []
+    if report.run_id:
+        lines.append(f"run {report.run_id}")
+    lines += report.notes
+    for trace in report.traces:
+        lines += _rank_lines(trace)
+    lines.append("")
+    if not report.findings:
+        lines.append("No findings: nothing in the evidence points at a known bottleneck.")
+    else:
+        lines.append("Findings, best first:")
+        for position, finding in enumerate(report.findings, start=1):
+            lines += _finding_lines(position, finding)
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,232 @@
+"""Every rule fires on its signal and stays quiet without it; the registry matches FIXES.md."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from recommender.analysis.gpu_time import Temporal
+from recommender.evidence import RunEvidence, Series, StepSample
+from recommender.rules import REGISTRY, UNSUPPORTED, diagnose
+
+Builder = Callable[[Callable[..., object]], RunEvidence]
+GPU = {"cuda.initialized": True, "cuda.capability": "8.0"}
+
+
+def _steps(
+    n: int = 30, duration: float = 0.1, wait: float = 0.0, rank: int = 0
+) -> list[StepSample]:
+    return [StepSample(rank, i, 1000.0 + i * duration, duration, wait) for i in range(n)]
+
+
+def _series(name: str, values: list[float], device: str = "gpu:0", dt: float = 1.0) -> Series:
+    return Series(device, name, [1000.0 + i * dt for i in range(len(values))], values)
+
+
+def _loader(**facts: object) -> dict[str, object]:
+    base = {"num_workers": 0, "pin_memory": True, "persistent_workers": False, "batch_size": 32}
+    base.update(facts)
+    return {f"dataloader.0.{k}": v for k, v in base.items()}
+
+
+def _healthy(make: Callable[..., object]) -> RunEvidence:
+    return RunEvidence(
+        facts={
+            **GPU,
+            **_loader(num_workers=4, persistent_workers=True),
+            "threads.intra_op": 4,
+            "host.usable_cores": 16,
+            "cudnn.benchmark": True,
+            "amp.autocast": True,
+            "torch.float32_matmul_precision": "high",
+            "training.backward": True,
+        },
+        steps=_steps(),
+        traces=[make()],  # type: ignore[list-item]
+        devices=[{"key": "gpu:0", "kind": "gpu", "memory_total": 80e9}],
+        series=[
+            _series("gpu.utilization", [95.0] * 120),
+            _series("torch.cuda_peak", [40e9] * 10),
+            _series("gpu.throttle_reasons", [0.0] * 20),
+        ],
+    )
+
+
+def _with(builder: Builder, **changes: object) -> Builder:
+    def build(make: Callable[..., object]) -> RunEvidence:
+        evidence = builder(make)
+        for key, value in changes.items():
+            if key == "facts":
+                evidence.facts.update(value)  # type: ignore[arg-type]
+            else:
+                setattr(evidence, key, value)
+        return evidence
+
+    return build
+
+
+def _trace(**overrides: object) -> Builder:
+    return lambda make: _with(_healthy, traces=[make(**overrides)])(make)
+
+
+POSITIVE: dict[str, Builder] = {
+    "dataloader.num_workers": _with(
+        _healthy, steps=_steps(wait=0.05), facts=_loader(num_workers=0)
+    ),
+    "dataloader.pin_memory": _trace(
+        memcpy={"HtoD pageable": {"count": 50, "bytes": 5e8, "us": 10_000.0}}
+    ),
+    "dataloader.persistent_workers": _with(
+        _healthy,
+        steps=[
+            StepSample(
+                0,
+                i,
+                float(i),
+                0.1 + (0.5 if i % 10 == 0 else 0),
+                0.001 + (0.5 if i % 10 == 0 else 0),
+            )
+            for i in range(40)
+        ],
+        facts=_loader(num_workers=4, persistent_workers=False),
+    ),
+    "copy.synchronous_h2d": _trace(
+        h2d={"h2d_on_compute_stream_us": 20_000.0, "h2d_overlapped_us": 0.0}
+    ),
+    "sync.host_device": _trace(sync_points={"cudaDeviceSynchronize": {"count": 10, "us": 3_000.0}}),
+    "memory.empty_cache_in_loop": _with(_healthy, facts={"cuda.empty_cache_per_step": 1.0}),
+    "memory.fragmentation": _with(
+        _trace(allocator={"cudaMalloc": {"count": 20, "us": 4_000.0}}),
+        series=[
+            _series("torch.cuda_reserved", [30e9] * 5),
+            _series("torch.cuda_allocated", [10e9] * 5),
+        ],
+    ),
+    "cpu.thread_oversubscription": _with(
+        _healthy, facts={"threads.intra_op": 16, "host.usable_cores": 8}
+    ),
+    "cpu.bound": _with(
+        _healthy,
+        facts={"host.usable_cores": 2, "threads.intra_op": 2},
+        series=[
+            _series("process.cpu_percent", [198.0] * 10, device="process"),
+            _series("gpu.utilization", [20.0] * 10),
+        ],
+    ),
+    "launch.overhead": _trace(
+        launch={"kernels": 5000, "short_kernel_share": 0.8},
+        temporal=Temporal(60_000.0, 30_000.0, 10_000.0, 100_000.0),
+        idle_breakdown={
+            "7": {
+                "host_wait": {"us": 55_000.0},
+                "kernel_wait": {"us": 5_000.0},
+                "other": {"us": 0.0},
+            }
+        },
+    ),
+    "precision.amp": _with(
+        _trace(
+            tensor_cores={"dense_math_share": 0.6, "tensor_core_share": 0.0, "fp32_simt_share": 0.9}
+        ),
+        facts={"amp.autocast": False},
+    ),
+    "precision.tf32": _with(
+        _healthy,
+        facts={"torch.float32_matmul_precision": "highest", "cuda.matmul.allow_tf32": False},
+    ),
+    "precision.scaler_misuse": _with(_healthy, facts={"amp.scaler_step_without_update": True}),
+    "cudnn.benchmark": _with(
+        _trace(tensor_cores={"conv_share": 0.6}), facts={"cudnn.benchmark": False}
+    ),
+    "attention.fused": _trace(
+        markers={"aten::bmm": 40, "aten::softmax": 20}, tensor_cores={"softmax_bmm_share": 0.4}
+    ),
+    "batch.increase": _with(
+        _healthy,
+        series=[_series("gpu.utilization", [20.0] * 30), _series("torch.cuda_peak", [8e9] * 5)],
+    ),
+    "memory.oom_risk": _with(_healthy, series=[_series("torch.cuda_peak", [78e9] * 5)]),
+    "distributed.dataparallel": _with(_healthy, facts={"parallel.mode": "dataparallel"}),
+    "distributed.backend": _with(_healthy, facts={"distributed.backend": "gloo"}),
+    "distributed.rank_device_mismatch": _with(
+        _healthy, facts={"env.local_rank": "1", "cuda.current_device": 0}
+    ),
+    "distributed.loopback_init": _with(
+        _healthy,
+        facts={
+            "distributed.world_size": 16,
+            "env.local_world_size": "8",
+            "distributed.init_method": "tcp://127.0.0.1:29500",
+        },
+    ),
+    "distributed.find_unused_parameters": _with(
+        _healthy, facts={"ddp.find_unused_parameters": True}
+    ),
+    "distributed.comm_bound": _trace(
+        comm_comp_overlap_pct=10.0,
+        kernel_breakdown={
+            "COMMUNICATION": {"us": 30_000.0, "pct": 40.0},
+            "COMPUTATION": {"us": 45_000.0},
+        },
+    ),
+    "distributed.straggler": _with(
+        _healthy, steps=_steps(rank=0) + _steps(rank=1) + _steps(rank=2, duration=0.2)
+    ),
+    "gpu.low_utilization": _with(_healthy, series=[_series("gpu.utilization", [10.0] * 120)]),
+    "gpu.idle_memory_held": _with(
+        _healthy,
+        series=[_series("gpu.utilization", [0.0] * 400), _series("gpu.memory_used", [20e9] * 10)],
+    ),
+    "gpu.throttling": _with(_healthy, series=[_series("gpu.throttle_reasons", [64.0] * 20)]),
+    "inference.compile_runtime": _with(
+        _healthy, facts={"training.backward": False, "amp.autocast": False}
+    ),
+}
+
+
+def test_every_fixes_id_has_a_rule_or_a_reason() -> None:
+    fixes = Path(__file__).resolve().parents[3] / "shared" / "FIXES.md"
+    if not fixes.is_file():
+        pytest.skip("shared/FIXES.md not available")
+    ids = set(re.findall(r"^\| `([a-z0-9_.]+)`", fixes.read_text(), re.M))
+    assert ids == set(REGISTRY) | set(UNSUPPORTED)
+    assert not set(REGISTRY) & set(UNSUPPORTED)
+
+
+def test_every_registered_rule_has_a_positive_case() -> None:
+    assert set(POSITIVE) == set(REGISTRY)
+
+
+@pytest.mark.parametrize("rule_id", sorted(REGISTRY))
+def test_rule_documents_what_why_and_fix(rule_id: str) -> None:
+    doc = REGISTRY[rule_id].doc
+    assert doc.startswith("What: ")
+    assert "\n\nWhy: " in doc and "\n\nFix: " in doc
+
+
+@pytest.mark.parametrize("rule_id", sorted(POSITIVE))
+def test_rule_fires_on_its_signal(rule_id: str, make_summary: Callable[..., object]) -> None:
+    found = REGISTRY[rule_id].func(POSITIVE[rule_id](make_summary))
+    assert found is not None
+    assert found.id == rule_id and found.risk == REGISTRY[rule_id].risk
+    assert found.evidence and found.fix.text and found.gain_basis
+    assert 0.0 <= found.estimated_gain <= 1.0 and 0.0 < found.confidence <= 1.0
+
+
+@pytest.mark.parametrize("rule_id", sorted(REGISTRY))
+def test_rule_stays_quiet_on_a_healthy_run(
+    rule_id: str, make_summary: Callable[..., object]
+) -> None:
+    assert REGISTRY[rule_id].func(_healthy(make_summary)) is None
+
+
+@pytest.mark.parametrize("rule_id", sorted(REGISTRY))
+def test_rule_stays_quiet_without_any_evidence(rule_id: str) -> None:
+    assert REGISTRY[rule_id].func(RunEvidence()) is None
+
+
+def test_a_healthy_run_has_no_findings(make_summary: Callable[..., object]) -> None:
+    assert diagnose(_healthy(make_summary)) == []
