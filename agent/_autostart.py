@@ -40,5 +40,7 @@ def start_from_env() -> None:
     if not should_start():
         return
     import agent
+    from agent import knobs  # optimisation jobs: knobs + PERF_AGENT_MAX_STEPS (docs/jobs.md)
 
-    agent.attach()
+    knobs.apply_from_env()
+    knobs.register_step_limit(agent.attach())

@@ -22,6 +22,7 @@ class SampleBuffer:
         self._series: dict[tuple[str, str], tuple[list[float], list[float]]] = {}
         self._count = 0
         self.dropped = 0
+        self.accepted = 0  # samples taken in since start
 
     def __len__(self) -> int:
         return self._count
@@ -38,6 +39,7 @@ class SampleBuffer:
             columns[0].append(t)
             columns[1].append(v)
             self._count += 1
+            self.accepted += 1
 
     def extend(self, samples: list[Sample]) -> None:
         """Append many samples."""
@@ -69,6 +71,7 @@ class StepBuffer:
         self._lock = threading.Lock()
         self._columns: tuple[list[int], list[float], list[float], list[float]] = ([], [], [], [])
         self.dropped = 0
+        self.accepted = 0
 
     def __len__(self) -> int:
         return len(self._columns[0])
@@ -80,6 +83,7 @@ class StepBuffer:
             if len(columns[0]) >= self.max_steps:
                 self.dropped += 1
                 return
+            self.accepted += 1
             columns[0].append(index)
             columns[1].append(t)
             columns[2].append(duration)

@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from agent import protocol
+from agent import abcli, protocol
 from agent.config import load_settings
 
 
@@ -22,6 +22,7 @@ def _parser() -> argparse.ArgumentParser:
     attach.add_argument("--tag", action="append", default=[], metavar="K=V", help="repeatable")
     attach.add_argument("--interval", type=float, help="seconds between samples (default 1)")
     attach.add_argument("--no-profile", action="store_true", help="no profiler windows")
+    abcli.add_attach_options(attach)
     attach.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
 
     upload = sub.add_parser("upload", help="send an offline or spill directory to a server")
@@ -33,6 +34,7 @@ def _parser() -> argparse.ArgumentParser:
     doctor = sub.add_parser("doctor", help="what the agent would see on this machine")
     doctor.add_argument("--server")
     doctor.add_argument("--token")
+    abcli.register(sub)
     return parser
 
 
@@ -51,6 +53,9 @@ def _attach(args: argparse.Namespace) -> int:
     if not settings.online and not settings.offline:
         sys.stderr.write("perf-agent attach: give --server and --token, or --offline DIR\n")
         return 2
+    refused = abcli.prepare_attach(args, settings=settings, command=command)
+    if refused is not None:
+        return refused
     if settings.offline:
         os.makedirs(settings.offline, exist_ok=True)
     return run_attached(settings, command)
@@ -88,7 +93,7 @@ def _doctor(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `perf-agent` console script."""
     args = _parser().parse_args(argv)
-    verbs = {"attach": _attach, "upload": _upload, "doctor": _doctor}
+    verbs = {"attach": _attach, "upload": _upload, "doctor": _doctor, **abcli.VERBS}
     return verbs[args.verb](args)
 
 

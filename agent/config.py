@@ -33,6 +33,8 @@ ENV_PROFILE_STEPS = "PERF_AGENT_PROFILE_STEPS"
 ENV_PROFILE_MAX_MB = "PERF_AGENT_PROFILE_MAX_MB"
 ENV_EXIT_DEADLINE = "PERF_AGENT_EXIT_DEADLINE"
 ENV_LOG_LEVEL = "PERF_AGENT_LOG_LEVEL"
+ENV_BACKOFF_BASE = "PERF_AGENT_BACKOFF_BASE"
+ENV_BACKOFF_MAX = "PERF_AGENT_BACKOFF_MAX"
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,8 @@ class Settings:
     spill_max_bytes: int = 256 * 1024 * 1024
     heartbeat_after: float = 10.0
     http_timeout: float = 5.0
+    backoff_base: float = 0.5  # first retry after ~this many seconds, doubling per failure
+    backoff_max: float = 30.0
     exit_deadline: float = 5.0  # seconds allowed to flush at exit
     launched: bool = False  # started by `perf-agent attach`: that launcher ends the run
     profile: bool = True
@@ -135,6 +139,8 @@ def load_settings(env: Mapping[str, str] | None = None, **overrides: Any) -> Set
         "spill_max_bytes": int(_env_float(env, ENV_SPILL_MAX_MB, 256.0) * 1024 * 1024),
         "max_buffered_samples": int(_env_float(env, ENV_MAX_BUFFERED, 200_000)),
         "exit_deadline": _env_float(env, ENV_EXIT_DEADLINE, 5.0),
+        "backoff_base": _env_float(env, ENV_BACKOFF_BASE, 0.5),
+        "backoff_max": _env_float(env, ENV_BACKOFF_MAX, 30.0),
         "launched": _env_bool(env, ENV_LAUNCHED, False),
         "profile": _env_bool(env, ENV_PROFILE, True),
         "profile_warmup_steps": int(_env_float(env, ENV_PROFILE_WARMUP, 20)),

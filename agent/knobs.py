@@ -242,7 +242,7 @@ class StepLimit:
         except KnobError:
             return cls(None, flush)
 
-    def on_step(self) -> None:
+    def on_step(self, *_step_index: object) -> None:
         """Count one finished step; exit(0) after flushing when the limit is reached."""
         self.steps += 1
         if self.max_steps is None or self.steps < self.max_steps:
@@ -251,3 +251,13 @@ class StepLimit:
             with contextlib.suppress(Exception):
                 self._flush()
         raise SystemExit(0)
+
+
+def register_step_limit(agent: object) -> StepLimit | None:
+    """Hook `PERF_AGENT_MAX_STEPS` onto a started agent's step timer (None when unset)."""
+    limit = StepLimit.from_env()
+    timer = getattr(agent, "timer", None)
+    if limit.max_steps is None or timer is None:
+        return None
+    timer.listeners.append(limit.on_step)
+    return limit

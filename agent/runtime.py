@@ -88,7 +88,7 @@ class Agent:
         if self.profiler is not None:
             self.profiler.close()
         self.timer.active = False
-        self.sender.close(self.finish_body(), deadline_s)
+        self.sender.close(self.finish_body, deadline_s)
 
     def step(self) -> None:
         """Mark a step boundary by hand (loops without an optimizer, e.g. inference)."""
@@ -131,6 +131,11 @@ class Agent:
             "ended_at": time.time(),
             "exit_code": self.exit_code if self.exit_code is not None else 0,
             "final": final,
+            "produced": {
+                "samples": self.sender.samples.accepted,
+                "steps": self.sender.steps.accepted,
+                "dropped": self.sender.dropped,
+            },
         }
 
     # ------------------------------------------------------------------ agent thread

@@ -26,7 +26,6 @@ PATHS = {
     layout.KIND_BATCH: protocol.BATCH_PATH,
     layout.KIND_FINISH: protocol.FINISH_PATH,
 }
-MAX_BACKOFF_S = 30.0
 
 
 class Sender:
@@ -63,7 +62,8 @@ class Sender:
         self._blocked_until = 0.0
         self._last_contact = clock()
         self._disabled = False  # the server refused our token: stop trying
-        self._finish_body: dict[str, Any] | None = None
+        self._rate_limited = False  # the current block is the server's Retry-After
+        self._finish_body: dict[str, Any] | Callable[[], dict[str, Any]] | None = None
         self._close_deadline = 0.0
         root = settings.offline if settings.offline else settings.effective_spill_dir()
         folder = layout.agent_dir(root, settings.run_id, agent_id)
@@ -86,8 +86,15 @@ class Sender:
         self._thread = threading.Thread(target=self._run_safely, name="perf-agent", daemon=True)
         self._thread.start()
 
-    def close(self, finish_body: dict[str, Any] | None, deadline_s: float | None = None) -> None:
-        """Stop sampling, queue the last batch and `finish_body`, deliver until the deadline."""
+    def close(
+        self,
+        finish_body: dict[str, Any] | Callable[[], dict[str, Any]] | None,
+        deadline_s: float | None = None,
+    ) -> None:
+        """Stop sampling, queue the last batch and `finish_body`, deliver until the deadline.
+
+        `finish_body` may be a function: it is called after the last sample is taken.
+        """
         deadline_s = self.settings.exit_deadline if deadline_s is None else deadline_s
         self._finish_body = finish_body
         self._close_deadline = self._clock() + deadline_s
@@ -226,11 +233,12 @@ class Sender:
             return True
         if reply.transient:
             self._failures += 1
-            if reply.status == 429 and reply.retry_after is not None:
-                delay = reply.retry_after
+            self._rate_limited = reply.status == 429 and reply.retry_after is not None
+            if self._rate_limited:
+                delay = reply.retry_after or 0.0
             else:
-                delay = min(MAX_BACKOFF_S, 0.5 * 2 ** min(self._failures, 8))
-                delay *= random.uniform(0.5, 1.5)
+                base = self.settings.backoff_base * 2 ** min(self._failures - 1, 16)
+                delay = min(self.settings.backoff_max, base) * random.uniform(0.5, 1.5)
             self._blocked_until = now + delay
             say_once(
                 "transient", "server not answering (%s); retrying, nothing is lost",
@@ -287,9 +295,13 @@ class Sender:
         self._safe_tick()
         self.cut_batch()
         finish = self._finish_body
+        if callable(finish):
+            finish = finish()
         if finish is not None and not self._disabled:
             self.outbox.put(Envelope(layout.KIND_FINISH, transport.encode(finish)))
         deadline = self._close_deadline
+        if not self._rate_limited:
+            self._blocked_until = 0.0  # one prompt last try, whatever the backoff said
         while len(self.outbox) and not self._disabled and self._clock() < deadline:
             wait = self._blocked_until - self._clock()
             if wait > 0:
