@@ -1,0 +1,104 @@
+"""Process collector, settings from the environment, torchrun ranks, doctor."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from agent import protocol
+from agent.config import load_settings, settings_env
+from agent.doctor import doctor, server_lines
+from agent.process import ProcessCollector, ProcfsSource, PsutilSource
+from tests.agent.conftest import attach, online, write_script
+from tests.agent.fakeserver import TOKEN, FakeServer
+from tests.agent.nvml_fixtures import H100_LOAD, RecordedNvml
+
+
+class FakeSource:
+    def own(self) -> tuple[float, float, float]:
+        return 150.0, 2e9, 12.0
+
+    def children(self) -> tuple[float, float, float, int]:
+        return 180.0, 3e9, 8.0, 2
+
+
+def test_process_collector_reports_the_process_and_its_workers_summed() -> None:
+    samples = ProcessCollector(FakeSource(), clock=lambda: 5.0).collect()
+    values = {(d, n): v for d, n, _, v in samples}
+    assert values[("process", "process.cpu_percent")] == 150.0
+    assert values[("process", "process.rss")] == 2e9
+    assert values[("workers", "process.rss")] == 3e9
+    assert values[("workers", "process.count")] == 2
+
+
+def test_psutil_and_procfs_sources_agree_on_this_process() -> None:
+    pytest.importorskip("psutil")
+    rss_psutil = PsutilSource().own()[1]
+    rss_proc = ProcfsSource().own()[1]
+    assert abs(rss_psutil - rss_proc) / rss_psutil < 0.2
+    assert ProcfsSource().children() is None
+
+
+def test_settings_come_from_env_and_round_trip_to_children() -> None:
+    env = {
+        protocol.ENV_SERVER: "http://s:8000", protocol.ENV_TOKEN: "t",
+        "PERF_AGENT_NAME": "resnet", "PERF_AGENT_INTERVAL": "0.1",
+        "PERF_AGENT_TAGS": "team=vision,exp=3", protocol.ENV_RUN_ID: "abcdef0123",
+    }
+    settings = load_settings(env, tags=["extra=1"])
+    assert (settings.server, settings.token, settings.name) == ("http://s:8000", "t", "resnet")
+    assert settings.interval == 0.1 and settings.run_id == "abcdef0123"
+    assert settings.tags == {"team": "vision", "exp": "3", "extra": "1"}
+    again = load_settings(settings_env(settings))
+    assert (again.run_id, again.tags, again.server, again.launched) == (
+        settings.run_id, settings.tags, settings.server, True)
+
+
+def test_bad_settings_fall_back_to_defaults_instead_of_raising() -> None:
+    settings = load_settings({"PERF_AGENT_INTERVAL": "fast", protocol.ENV_RUN_ID: "bad id!"})
+    assert settings.interval == 1.0 and protocol.RUN_ID_RE.match(settings.run_id)
+
+
+def test_doctor_says_what_it_sees_in_a_few_lines(server: FakeServer) -> None:
+    lines = doctor(server.url, TOKEN, query=RecordedNvml([H100_LOAD]))
+    text = "\n".join(lines)
+    assert "NVML: driver 590.48.01, 1 GPU(s)" in text
+    assert "gpu:0: NVIDIA H100 80GB HBM3, 80 GiB" in text
+    assert "torch: 2." in text
+    assert "reachable; token valid" in text
+    assert "token rejected" in server_lines(server.url, "nope")[0]
+    assert "unreachable" in server_lines("http://127.0.0.1:9", TOKEN)[0]
+
+
+TORCHRUN_SCRIPT = """
+import os, torch
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range(3):
+    opt.zero_grad()
+    model(torch.randn(2, 4)).sum().backward()
+    opt.step()
+print("rank", os.environ["RANK"])
+"""
+
+
+@pytest.mark.slow
+def test_each_torchrun_rank_reports_as_a_rank_of_the_same_run(
+    tmp_path: Path, server: FakeServer, agent_env: dict[str, str]
+) -> None:
+    script = write_script(tmp_path, TORCHRUN_SCRIPT)
+    torchrun = Path(sys.executable).with_name("torchrun")
+    result = attach(
+        [*online(server), "--", str(torchrun), "--nproc-per-node", "2", str(script)],
+        agent_env, timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    starts = list(server.store.starts.values())
+    assert {s["role"] for s in starts} == {"launcher", "worker"}
+    workers = [s for s in starts if s["role"] == "worker"]
+    assert sorted(w["rank"] for w in workers) == [0, 1]  # torchrun itself does not report
+    assert len({s["run_id"] for s in starts}) == 1
+    ranks = {b["steps"]["rank"] for b in server.store.batches.values() if "steps" in b}
+    assert ranks == {0, 1}
