@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import in_ci
+
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = Path(os.environ.get("PERFWEB_CHROMIUM", "/usr/bin/chromium"))
 CHROMIUM_ARGS = [
@@ -38,7 +40,7 @@ USER, PASSWORD, PROJECT = "demo", "demo-password", "demo"
 
 
 def missing(reason: str) -> None:
-    if os.environ.get("CI", "").lower() == "true":
+    if in_ci():
         pytest.fail(f"{reason} (required under CI=true)")
     pytest.skip(reason)
 

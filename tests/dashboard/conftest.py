@@ -1,8 +1,9 @@
-"""Personas and a streamed run for the dashboard tests.
+"""A streamed run for the dashboard tests.
 
-alice (owner) and bob (teammate) are members of "vision"; carol (outsider) only of "speech".
-Runs are created through the public ingest API with the project's token, exactly as an
-agent would, so these tests do not depend on how runs are stored.
+The personas and tokens come from tests/conftest.py: owner and teammate are members of
+"vision" (`token`), outsider only of "speech" (`other_token`). Runs are created through the
+public ingest API with the project's token, exactly as an agent would, so these tests do not
+depend on how runs are stored.
 """
 
 from __future__ import annotations
@@ -12,16 +13,9 @@ import time
 from typing import Any
 
 import pytest
-from django.contrib.auth import get_user_model
 from django.test import Client
 
-from perfweb.projects import services
-
-PASSWORD = "correct horse battery staple"
-
-
-def make_user(username: str) -> Any:
-    return get_user_model().objects.create_user(username=username, password=PASSWORD)
+from tests.conftest import PASSWORD
 
 
 def post_json(client: Client, path: str, token: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -148,43 +142,15 @@ def stream_run(
 
 
 @pytest.fixture
-def owner(db: None) -> Any:
-    return make_user("alice")
-
-
-@pytest.fixture
-def teammate(db: None) -> Any:
-    return make_user("bob")
-
-
-@pytest.fixture
-def outsider(db: None) -> Any:
-    return make_user("carol")
-
-
-@pytest.fixture
-def vision_token(owner: Any, teammate: Any) -> str:
-    project = services.project_create(name="vision", owner=owner)
-    services.membership_add(project=project, user=teammate)
-    return services.token_create(project=project, label="test")
-
-
-@pytest.fixture
-def speech_token(outsider: Any) -> str:
-    project = services.project_create(name="speech", owner=outsider)
-    return services.token_create(project=project, label="test")
-
-
-@pytest.fixture
-def vision_run(vision_token: str) -> str:
-    stream_run(vision_token, run_id="vision-run-0001", name="resnet50-bs256", gpus=2)
+def vision_run(token: str) -> str:
+    stream_run(token, run_id="vision-run-0001", name="resnet50-bs256", gpus=2)
     return "vision-run-0001"
 
 
 @pytest.fixture
-def speech_run(speech_token: str) -> str:
+def speech_run(other_token: str) -> str:
     stream_run(
-        speech_token, run_id="speech-run-0001", name="whisper-tiny", host="asr-07", finish_with=0
+        other_token, run_id="speech-run-0001", name="whisper-tiny", host="asr-07", finish_with=0
     )
     return "speech-run-0001"
 

@@ -5,7 +5,8 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from tests.dashboard.conftest import PASSWORD, login
+from tests.conftest import PASSWORD
+from tests.dashboard.conftest import login
 
 pytestmark = pytest.mark.django_db
 
@@ -25,14 +26,14 @@ def test_it_shows_a_login_form(client: Client) -> None:
 
 
 def test_it_logs_in_and_goes_to_the_runs_list(client: Client, owner: Any) -> None:
-    response = client.post("/login/", {"username": "alice", "password": PASSWORD})
+    response = client.post("/login/", {"username": "owner", "password": PASSWORD})
     assert response.status_code == 302
     assert response["Location"] == "/"
     assert client.get("/").status_code == 200
 
 
 def test_it_rejects_a_wrong_password(client: Client, owner: Any) -> None:
-    response = client.post("/login/", {"username": "alice", "password": "nope"})
+    response = client.post("/login/", {"username": "owner", "password": "nope"})
     assert response.status_code == 200
     assert b"didn&#x27;t match" in response.content or b"didn't match" in response.content
     assert client.get("/").status_code == 302
@@ -41,7 +42,7 @@ def test_it_rejects_a_wrong_password(client: Client, owner: Any) -> None:
 def test_it_logs_out(client: Client, owner: Any) -> None:
     login(client, owner)
     page = client.get("/")
-    assert b"alice" in page.content and b'action="/logout/"' in page.content
+    assert b"owner" in page.content and b'action="/logout/"' in page.content
     response = client.post("/logout/")
     assert response.status_code == 302
     assert response["Location"] == "/login/"

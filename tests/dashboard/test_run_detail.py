@@ -43,10 +43,8 @@ def test_it_answers_404_for_an_unknown_run(client: Client, owner: Any) -> None:
     assert login(client, owner).get("/runs/no-such-run-0001/").status_code == 404
 
 
-def test_it_shows_the_exit_code_of_a_failed_run(
-    client: Client, owner: Any, vision_token: str
-) -> None:
-    stream_run(vision_token, run_id="bad-run-0001", name="bad", finish_with=3)
+def test_it_shows_the_exit_code_of_a_failed_run(client: Client, owner: Any, token: str) -> None:
+    stream_run(token, run_id="bad-run-0001", name="bad", finish_with=3)
     page = login(client, owner).get("/runs/bad-run-0001/").content.decode()
     assert "status-failed" in page
     assert 'data-field="exit-code">3<' in page

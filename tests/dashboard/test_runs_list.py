@@ -39,9 +39,9 @@ def test_it_hides_other_projects_runs_from_an_outsider(
     assert vision_run not in page
 
 
-def test_it_colours_each_status(client: Client, owner: Any, vision_token: str) -> None:
-    stream_run(vision_token, run_id="ok-run-0001", name="ok", finish_with=0)
-    stream_run(vision_token, run_id="bad-run-0001", name="bad", finish_with=3)
+def test_it_colours_each_status(client: Client, owner: Any, token: str) -> None:
+    stream_run(token, run_id="ok-run-0001", name="ok", finish_with=0)
+    stream_run(token, run_id="bad-run-0001", name="bad", finish_with=3)
     page = login(client, owner).get("/").content.decode()
     assert "status-finished" in page
     assert "status-failed" in page
