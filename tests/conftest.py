@@ -3,45 +3,18 @@
 Personas (healthchecks style): `owner` and `teammate` are members of `project`; `outsider`
 is a member of `other_project` only. `token` and `other_token` are their ingest tokens.
 
-Tests that need Redis, PostgreSQL or a real Celery worker call `require_server(...)`: under
-CI=true a missing server fails the test; elsewhere it skips with the reason.
+Tests that need Redis, PostgreSQL or a real Celery worker call tests/server/servers.py's
+`require_postgres()` / `require_redis()`: under CI=true a missing server fails the test;
+elsewhere it skips with the reason.
 """
 
 from __future__ import annotations
 
-import os
-import socket
 from typing import Any
 
 import pytest
 
 PASSWORD = "correct horse battery staple"
-POSTGRES_HOST, POSTGRES_PORT = "127.0.0.1", 5432
-REDIS_HOST, REDIS_PORT = "127.0.0.1", 6379
-
-
-def in_ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
-
-
-def require_server(name: str, host: str, port: int) -> None:
-    """Fails (CI) or skips (elsewhere) the calling test when nothing listens on host:port."""
-    try:
-        with socket.create_connection((host, port), timeout=2):
-            return
-    except OSError as error:
-        message = f"{name} is not reachable on {host}:{port} ({error})"
-    if in_ci():
-        pytest.fail(f"{message}; CI=true requires it")
-    pytest.skip(message)
-
-
-def require_postgres() -> None:
-    require_server("PostgreSQL", POSTGRES_HOST, POSTGRES_PORT)
-
-
-def require_redis() -> None:
-    require_server("Redis", REDIS_HOST, REDIS_PORT)
 
 
 def _user(username: str) -> Any:

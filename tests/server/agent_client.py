@@ -75,8 +75,15 @@ def start_body(**fields: Any) -> dict[str, Any]:
         "tags": {"team": "vision"},
         "facts": {"torch.version": "2.13.0"},
         "devices": [
-            {"key": "gpu:0", "kind": "gpu", "index": 0, "uuid": "GPU-5d1c", "name": "H100",
-             "memory_total": 85520809984, "power_limit": 700.0},
+            {
+                "key": "gpu:0",
+                "kind": "gpu",
+                "index": 0,
+                "uuid": "GPU-5d1c",
+                "name": "H100",
+                "memory_total": 85520809984,
+                "power_limit": 700.0,
+            },
         ],
     }
     body.update(fields)
@@ -91,14 +98,26 @@ def batch_body(*, seq: int = 0, start: float = T0, n: int = 10, **fields: Any) -
         "seq": seq,
         "sent_at": start + n,
         "metrics": [
-            {"device": "gpu:0", "name": "gpu.utilization", "t": times,
-             "v": [float(50 + i % 50) for i in range(n)]},
-            {"device": "process", "name": "process.rss", "t": times,
-             "v": [1.2e9 + i for i in range(n)]},
+            {
+                "device": "gpu:0",
+                "name": "gpu.utilization",
+                "t": times,
+                "v": [float(50 + i % 50) for i in range(n)],
+            },
+            {
+                "device": "process",
+                "name": "process.rss",
+                "t": times,
+                "v": [1.2e9 + i for i in range(n)],
+            },
         ],
-        "steps": {"rank": 0, "index": list(range(seq * 2, seq * 2 + 2)),
-                  "t": [start + 0.5, start + 1.5], "duration": [0.51, 0.49],
-                  "data_wait": [0.30, 0.29]},
+        "steps": {
+            "rank": 0,
+            "index": list(range(seq * 2, seq * 2 + 2)),
+            "t": [start + 0.5, start + 1.5],
+            "duration": [0.51, 0.49],
+            "data_wait": [0.30, 0.29],
+        },
         "facts": {"dataloader.0.num_workers": 0},
         "devices": [],
         "dropped": 0,

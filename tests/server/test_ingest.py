@@ -16,6 +16,7 @@ from perfweb.projects.services import token_revoke
 from perfweb.runs.models import BatchReceipt, Device, Run, RunProcess
 from perfweb.series.models import Chunk, Series
 from perfweb.series.selectors import series_read
+
 from .agent_client import AGENT_ID, RUN_ID, T0, Agent, batch_body
 
 pytestmark = pytest.mark.django_db
@@ -35,13 +36,19 @@ def test_it_registers_a_run_and_its_process_on_start(agent: Agent) -> None:
     }
     run = Run.objects.get(run_id=RUN_ID)
     assert (run.name, run.status, run.host, run.command) == (
-        "resnet50-bs256", "running", "gpu-node-07", ["python", "train.py", "--epochs", "3"],
+        "resnet50-bs256",
+        "running",
+        "gpu-node-07",
+        ["python", "train.py", "--epochs", "3"],
     )
     assert run.started_at.timestamp() == T0
     assert run.facts == {"torch.version": "2.13.0"} and run.tags == {"team": "vision"}
     process = RunProcess.objects.get(run=run)
     assert (process.agent_id, process.role, process.rank, process.pid) == (
-        AGENT_ID, "launcher", 0, 41233,
+        AGENT_ID,
+        "launcher",
+        0,
+        41233,
     )
     device = Device.objects.get(run=run)
     assert (device.key, device.kind, device.memory_total) == ("gpu:0", "gpu", 85520809984)
@@ -50,7 +57,9 @@ def test_it_registers_a_run_and_its_process_on_start(agent: Agent) -> None:
 def test_it_is_idempotent_on_start(agent: Agent) -> None:
     assert agent.start().status_code == 200
     assert agent.start().status_code == 200
-    assert Run.objects.count() == 1 and RunProcess.objects.count() == 1 and Device.objects.count() == 1
+    assert (
+        Run.objects.count() == 1 and RunProcess.objects.count() == 1 and Device.objects.count() == 1
+    )
 
 
 def test_it_adds_a_second_process_to_the_same_run(started: Agent, token: str) -> None:
@@ -66,7 +75,10 @@ def test_it_stores_a_batch(started: Agent) -> None:
     response = started.batch(n=10)
     assert response.status_code == 200
     assert response.json() == {
-        "ok": True, "duplicate": False, "stored": {"samples": 20, "steps": 2}, "commands": [],
+        "ok": True,
+        "duplicate": False,
+        "stored": {"samples": 20, "steps": 2},
+        "commands": [],
     }
     run = Run.objects.get(run_id=RUN_ID)
     assert stored_counts(run) == {
@@ -251,8 +263,11 @@ def test_it_rejects_a_body_that_unzips_past_the_limit(started: Agent) -> None:
 
 def test_it_rejects_an_unknown_content_encoding(started: Agent) -> None:
     response = started.client.post(
-        "/api/v1/ingest/batch", data=json.dumps(batch_body()), content_type="application/json",
-        HTTP_AUTHORIZATION=f"Bearer {started.token}", HTTP_CONTENT_ENCODING="br",
+        "/api/v1/ingest/batch",
+        data=json.dumps(batch_body()),
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {started.token}",
+        HTTP_CONTENT_ENCODING="br",
     )
     assert response.status_code == 415
 
@@ -291,7 +306,9 @@ def test_it_answers_404_to_a_batch_for_a_run_never_started(agent: Agent) -> None
     assert BatchReceipt.objects.count() == 0
 
 
-def test_it_answers_404_when_another_project_writes_to_a_run(started: Agent, other_token: str) -> None:
+def test_it_answers_404_when_another_project_writes_to_a_run(
+    started: Agent, other_token: str
+) -> None:
     intruder = Agent(other_token)
     assert intruder.batch().status_code == 404
     assert intruder.start().status_code == 404
@@ -300,7 +317,5 @@ def test_it_answers_404_when_another_project_writes_to_a_run(started: Agent, oth
 
 
 def test_it_only_accepts_post(agent: Agent) -> None:
-    response = agent.client.get(
-        "/api/v1/ingest/batch", HTTP_AUTHORIZATION=f"Bearer {agent.token}"
-    )
+    response = agent.client.get("/api/v1/ingest/batch", HTTP_AUTHORIZATION=f"Bearer {agent.token}")
     assert response.status_code == 405

@@ -37,7 +37,10 @@ def test_it_lists_the_projects_runs_for_a_token(streamed: Agent, token: str) -> 
     [run] = get("/api/v1/runs", token=token)["runs"]
     assert run["id"] == RUN_ID and run["name"] == "resnet50-bs256"
     assert (run["status"], run["steps"], run["gpus"], run["host"]) == (
-        "running", 6, 1, "gpu-node-07",
+        "running",
+        6,
+        1,
+        "gpu-node-07",
     )
     assert run["mean_gpu_utilization"] == pytest.approx(54.5)
     assert run["project"] == "vision" and run["started_at"] == T0
@@ -62,7 +65,9 @@ def test_it_shows_a_teammate_the_projects_runs(streamed: Agent, teammate: Any) -
     assert get(f"/api/v1/runs/{RUN_ID}", user=teammate)["id"] == RUN_ID
 
 
-def test_it_hides_the_run_from_an_outsider(streamed: Agent, outsider: Any, other_token: str) -> None:
+def test_it_hides_the_run_from_an_outsider(
+    streamed: Agent, outsider: Any, other_token: str
+) -> None:
     assert get("/api/v1/runs", user=outsider)["runs"] == []
     assert get("/api/v1/runs", token=other_token)["runs"] == []
     for path in ("", "/series?name=gpu.utilization", "/timeline"):
@@ -84,8 +89,12 @@ def test_it_describes_a_run(streamed: Agent, token: str) -> None:
     assert [d["key"] for d in run["devices"]] == ["gpu:0"]
     series = {(s["device"], s["name"]): s for s in run["series"]}
     assert series["gpu:0", "gpu.utilization"] == {
-        "device": "gpu:0", "name": "gpu.utilization", "unit": "%", "count": 30,
-        "start": T0, "end": T0 + 29,
+        "device": "gpu:0",
+        "name": "gpu.utilization",
+        "unit": "%",
+        "count": 30,
+        "start": T0,
+        "end": T0 + 29,
     }
     assert series["rank:0", "step.duration"]["count"] == 6
 
@@ -100,7 +109,8 @@ def test_it_serves_a_series_downsampled(streamed: Agent, token: str) -> None:
 
 
 def test_it_serves_a_time_range_in_full_when_it_is_short(streamed: Agent, token: str) -> None:
-    path = f"/api/v1/runs/{RUN_ID}/series?name=gpu.utilization&device=gpu:0&start={T0 + 5}&end={T0 + 14}"
+    query = f"name=gpu.utilization&device=gpu:0&start={T0 + 5}&end={T0 + 14}"
+    path = f"/api/v1/runs/{RUN_ID}/series?{query}"
     [series] = get(path, token=token)["series"]
     assert series["raw_count"] == 10 and series["downsampled"] is False
     assert series["t"] == [T0 + i for i in range(5, 15)]
@@ -130,8 +140,10 @@ def test_it_serves_the_whole_timeline(streamed: Agent, token: str) -> None:
     answer = get(f"/api/v1/runs/{RUN_ID}/timeline?points=1000", token=token)
     keys = [(s["device"], s["name"]) for s in answer["series"]]
     assert keys == [
-        ("gpu:0", "gpu.utilization"), ("process", "process.rss"),
-        ("rank:0", "step.data_wait"), ("rank:0", "step.duration"),
+        ("gpu:0", "gpu.utilization"),
+        ("process", "process.rss"),
+        ("rank:0", "step.data_wait"),
+        ("rank:0", "step.duration"),
     ]
     assert all(not s["downsampled"] for s in answer["series"])
     assert answer["series"][1]["unit"] == "bytes"

@@ -56,8 +56,9 @@ def series_run(started: Agent) -> Run:
 
 def append_in_batches(run: Run, t: np.ndarray, v: np.ndarray, *, per_batch: int) -> None:
     for i in range(0, len(t), per_batch):
-        piece = Samples(device="gpu:0", name="gpu.utilization", t=t[i : i + per_batch],
-                        v=v[i : i + per_batch])
+        piece = Samples(
+            device="gpu:0", name="gpu.utilization", t=t[i : i + per_batch], v=v[i : i + per_batch]
+        )
         series_append(run=run, samples=[piece])
 
 
