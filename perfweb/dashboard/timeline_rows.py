@@ -20,6 +20,7 @@ class TimelineRow:
     group: str  # consecutive empty rows of one group are reported in a single line
     empty: str  # what the one line says when the row has no data
     max_value: float | None = None  # a fixed top for the y axis (GPU %: 100); else autorange
+    pending: str = "no samples yet."  # said instead of `empty` when the run has such devices
 
 
 GPU_EMPTY = "no GPU samples — the agent found no GPU it could read through NVML on this host."

@@ -138,6 +138,12 @@ def perfweb_server(server_env: dict[str, str]) -> Iterator[LiveServer]:
         log.close()
 
 
+def perf_agent() -> list[str]:
+    """The installed console script, or the same entry point through this interpreter."""
+    script = Path(sys.executable).with_name("perf-agent")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "agent.cli"]
+
+
 @pytest.fixture(scope="session")
 def attached_run(perfweb_server: LiveServer, server_env: dict[str, str]) -> Iterator[str]:
     """A real CPU training script streaming into the server through the agent."""
@@ -145,7 +151,7 @@ def attached_run(perfweb_server: LiveServer, server_env: dict[str, str]) -> Iter
     log = open(perfweb_server.data_dir / "agent.log", "wb")  # noqa: SIM115
     process = subprocess.Popen(
         [
-            str(Path(sys.executable).with_name("perf-agent")),
+            *perf_agent(),
             "attach",
             "--server",
             perfweb_server.url,

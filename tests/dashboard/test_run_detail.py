@@ -56,6 +56,7 @@ def test_it_configures_the_timeline_for_this_run(
     config = page_config(login(client, owner).get(f"/runs/{vision_run}/").content.decode())
     assert config["api"] == f"/api/v1/runs/{vision_run}"
     assert config["status"] == "running"
+    assert config["gpus"] == 2
     rows = {row["key"]: row for row in config["rows"]}
     assert rows["gpu_util"]["metrics"] == ["gpu.utilization"]
     assert rows["steps"]["metrics"] == ["step.duration", "step.data_wait"]

@@ -34,6 +34,7 @@ window.PerfwebRun = (function () {
     API.poll(async function () {
       const run = await API.getJson(config.api);
       status = run.status;
+      config.gpus = run.gpus;
       updateHeader(run);
       await timeline.refresh();
       return status === "running"; // one last refresh after the run ends, then stop

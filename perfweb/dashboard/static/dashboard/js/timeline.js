@@ -126,8 +126,9 @@ window.PerfwebTimeline = (function () {
     return layout;
   }
 
-  // One line per run of consecutive empty rows of the same group.
-  function emptyLines(rows, present) {
+  // One line per run of consecutive empty rows of the same group. A GPU row of a run that
+  // has GPUs is only waiting for samples; one without GPUs says why it stays empty.
+  function emptyLines(rows, present, gpus) {
     const lines = [];
     rows.forEach(function (row) {
       if (present.has(row.key)) return;
@@ -135,7 +136,8 @@ window.PerfwebTimeline = (function () {
       if (last && last.group === row.group && last.lastIndex === rows.indexOf(row) - 1) {
         last.titles.push(row.title); last.lastIndex += 1;
       } else {
-        lines.push({ group: row.group, titles: [row.title], text: row.empty, lastIndex: rows.indexOf(row) });
+        const text = row.group === "gpu" && gpus > 0 ? row.pending : row.empty;
+        lines.push({ group: row.group, titles: [row.title], text: text, lastIndex: rows.indexOf(row) });
       }
     });
     return lines.map(function (line) {
@@ -165,7 +167,7 @@ window.PerfwebTimeline = (function () {
       });
       const present = new Set(drawn.map(function (d) { return d.row.key; }));
       notesEl.innerHTML = "";
-      emptyLines(config.rows, present).forEach(function (line) {
+      emptyLines(config.rows, present, config.gpus || 0).forEach(function (line) {
         const p = document.createElement("p");
         p.className = "no-data";
         p.dataset.group = line.group;
