@@ -74,7 +74,7 @@ def _upload(args: argparse.Namespace) -> int:
     report = upload(args.dir, server=settings.server, token=settings.token, delete=args.delete)
     print(
         f"uploaded {report.sent} request(s) from {report.agents} agent folder(s); "
-        f"{report.duplicates} were already stored"
+        f"{report.duplicates} were already stored; {report.traces} trace(s)"
     )
     for line in report.failed:
         print(f"failed: {line}")

@@ -13,6 +13,8 @@ START_PATH = f"{API_PREFIX}/ingest/start"
 BATCH_PATH = f"{API_PREFIX}/ingest/batch"
 HEARTBEAT_PATH = f"{API_PREFIX}/ingest/heartbeat"
 FINISH_PATH = f"{API_PREFIX}/ingest/finish"
+TRACE_PATH = f"{API_PREFIX}/ingest/trace"  # chunked profiler-trace upload (docs/protocol.md)
+TRACE_CHUNK_MAX_BYTES = 4 * 1024 * 1024  # gzip bytes per chunk, before base64
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
 MAX_DECOMPRESSED_BYTES = 64 * 1024 * 1024
@@ -51,6 +53,7 @@ METRICS: dict[str, str] = {
     "process.cpu_percent": "%",
     "process.rss": "bytes",
     "process.threads": "count",
+    "process.count": "count",  # device `workers`: how many child processes were summed
     "torch.cuda_allocated": "bytes",
     "torch.cuda_reserved": "bytes",
     "torch.cuda_peak": "bytes",

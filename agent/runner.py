@@ -194,7 +194,11 @@ class Runner:
         self.say(f"job {job_id}: {spec.knobs} on run {spec.run_id} ({spec.rounds} rounds)")
         self.cancel.clear()
         done = threading.Event()
-        beat = threading.Thread(target=self._heartbeat, args=(base, claim, done), daemon=True)
+        ttl = job.get("claim_ttl_s")
+        every = min(self.heartbeat_s, ttl / 3) if isinstance(ttl, int | float) and ttl > 0 else None
+        beat = threading.Thread(
+            target=self._heartbeat, args=(base, claim, done, every or self.heartbeat_s), daemon=True
+        )
         beat.start()
         try:
             plan = AbPlan(
@@ -233,9 +237,9 @@ class Runner:
         if reply.get("cancelled"):
             self.cancel.set()
 
-    def _heartbeat(self, base: str, claim: str, done: threading.Event) -> None:
+    def _heartbeat(self, base: str, claim: str, done: threading.Event, every: float) -> None:
         # Keeps the claim alive while a round runs, and notices a cancel between arms.
-        while not done.wait(self.heartbeat_s) and not self.cancel.is_set():
+        while not done.wait(every) and not self.cancel.is_set():
             self._progress(base, claim, None)
 
     def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from agent import layout, protocol, transport
+from agent import layout, protocol, traces, transport
 from agent.sender import PATHS, PostFn
 
 
@@ -25,6 +25,7 @@ class UploadReport:
     duplicates: int = 0
     failed: list[str] = field(default_factory=list)
     agents: int = 0
+    traces: int = 0
 
 
 def find_agent_dirs(root: str) -> list[str]:
@@ -88,6 +89,38 @@ def _send(
     return reply
 
 
+def _traces(folder: str) -> list[str]:
+    traces_dir = os.path.join(folder, layout.TRACES_DIR)
+    try:
+        names = sorted(os.listdir(traces_dir))
+    except OSError:
+        return []
+    return [os.path.join(traces_dir, n) for n in names if n.endswith(traces.TRACE_SUFFIX)]
+
+
+def _upload_traces(
+    root: str, server: str, token: str | None, post: PostFn, delete: bool, report: UploadReport
+) -> None:
+    for folder in find_agent_dirs(root):
+        start = os.path.join(folder, layout.START_FILE)
+        try:
+            ids = layout.read_json(start)
+        except (OSError, ValueError):
+            continue
+        for path in _traces(folder):
+            with open(path, "rb") as handle:
+                data = handle.read()
+            name = os.path.basename(path)[: -len(traces.TRACE_SUFFIX)]
+            bodies = traces.chunk_bodies(ids["run_id"], ids["agent_id"], name, data)
+            reply = traces.upload_trace(server, token, bodies, post)
+            if not reply.ok:
+                report.failed.append(f"{path}: {reply.status or 'unreachable'} {reply.error}")
+                continue
+            report.traces += 1
+            if delete:
+                os.unlink(path)
+
+
 def upload(
     root: str,
     *,
@@ -97,6 +130,7 @@ def upload(
     delete: bool = False,
     attempts: int = 6,
     sleep: Callable[[float], None] = time.sleep,
+    with_traces: bool = True,
 ) -> UploadReport:
     """Send everything under `root`; with `delete`, remove each file once stored."""
     report = UploadReport(agents=len(find_agent_dirs(root)))
@@ -111,4 +145,6 @@ def upload(
         report.duplicates += bool(reply.body.get("duplicate"))
         if delete:
             os.unlink(path)
+    if with_traces and not report.failed:
+        _upload_traces(root, server, token, post, delete, report)
     return report

@@ -27,6 +27,7 @@ class Store:
         self.batches: dict[tuple[str, str, int], dict[str, Any]] = {}
         self.finishes: dict[str, dict[str, Any]] = {}
         self.heartbeats = 0
+        self.trace_chunks: dict[tuple[str, str, str, int], dict[str, Any]] = {}
         self.duplicates = 0
         self.arrival: list[tuple[str, int]] = []  # (agent_id, seq) in order stored
         self.statuses: Counter[int] = Counter()
@@ -58,6 +59,15 @@ class Store:
                 for name in columns:
                     columns[name] += steps[name]
         return columns
+
+    def trace(self, name_prefix: str = "") -> bytes:
+        """The first complete trace whose name starts with `name_prefix`, reassembled."""
+        import base64
+
+        names = sorted({k[2] for k in self.trace_chunks if k[2].startswith(name_prefix)})
+        chunks = sorted((k[3], v) for k, v in self.trace_chunks.items() if k[2] == names[0])
+        assert len(chunks) == chunks[0][1]["chunks"]
+        return b"".join(base64.b64decode(v["data"]) for _, v in chunks)
 
     def facts(self) -> dict[str, Any]:
         """All facts merged, later batches winning."""
@@ -175,7 +185,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _store(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         store = self.server_ref.store
-        reply: dict[str, Any] = {"ok": True, "commands": list(self.server_ref.commands)}
+        with store.lock:
+            commands, self.server_ref.commands = self.server_ref.commands, []  # delivered once
+        reply: dict[str, Any] = {"ok": True, "commands": commands}
         with store.lock:
             if path.endswith("/start"):
                 store.starts[body["agent_id"]] = body
@@ -189,6 +201,9 @@ class _Handler(BaseHTTPRequestHandler):
                     store.arrival.append((key[1], key[2]))
             elif path.endswith("/finish"):
                 store.finishes[body["agent_id"]] = body
+            elif path.endswith("/trace"):
+                key = (body["run_id"], body["agent_id"], body["name"], int(body["chunk"]))
+                store.trace_chunks[key] = body
             elif path.endswith("/heartbeat"):
                 store.heartbeats += 1
         return reply
