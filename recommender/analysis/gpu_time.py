@@ -70,7 +70,7 @@ def analysis_window(trace: RankTrace) -> GpuEvents:
     """The GPU events HTA analyses: those launched before the last ProfilerStep began."""
     gpu = trace.gpu
     step_numbers = {s.number for s in trace.steps}
-    if len(step_numbers) < 2:
+    if len(step_numbers) < 2 or not trace.steps_from_profiler:
         return gpu
     last_start = max(s.ts for s in trace.steps)
     host = trace.host

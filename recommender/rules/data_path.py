@@ -288,6 +288,10 @@ def memory_empty_cache_in_loop(evidence: RunEvidence) -> Finding | None:
         return None
     items = [Evidence("empty_cache calls per step", calls, "calls", "facts")]
     gain, basis = EMPTY_CACHE_PRIOR_GAIN, "prior: re-allocating the cache each step (no trace)"
+    confidence = 0.9
+    if not evidence.uses_cuda():
+        confidence = 0.5
+        basis += "; a no-op without CUDA, a cost as soon as this loop runs on a GPU"
     for trace in evidence.traces:
         alloc_us = sum(v["us"] for v in trace.allocator.values())
         if alloc_us > 0 and trace.steps:
@@ -298,7 +302,7 @@ def memory_empty_cache_in_loop(evidence: RunEvidence) -> Finding | None:
     return finding(
         "memory.empty_cache_in_loop",
         title=f"torch.cuda.empty_cache() is called {calls:g} times per step",
-        confidence=0.9,
+        confidence=confidence,
         gain=gain,
         basis=basis,
         evidence=items,

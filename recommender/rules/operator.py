@@ -14,6 +14,9 @@ GRAPH_RECOVERABLE = 0.7  # share of host-wait idle CUDA Graphs / torch.compile r
 CPU_OPS_PER_STEP_MIN = 300  # CPU-only: operators per step
 CPU_OP_MEDIAN_MAX_US = 20.0  # CPU-only: median operator duration (µs)
 DISPATCH_OVERHEAD_US = 5.0  # per-operator framework overhead on the CPU (µs, prior)
+TINY_STEP_S = 0.02  # no trace: median step shorter than this (s) ...
+TINY_BATCH_MAX = 4  # ... with a DataLoader batch of at most this many samples
+TINY_STEP_PRIOR_GAIN = 0.3  # no trace: fixed per-step overhead a larger batch amortises
 DENSE_MATH_SHARE_MIN = 0.2  # GEMM/conv share of kernel time worth speeding up
 FP32_SIMT_SHARE_MIN = 0.5  # share of dense math in fp32 on CUDA cores
 TENSOR_CORE_SHARE_MAX = 0.1  # share of dense math already on tensor cores
@@ -87,14 +90,38 @@ def launch_overhead(evidence: RunEvidence) -> Finding | None:
                     Evidence("mean step time", step_us, "µs", "trace"),
                 ],
             )
-    return None
+    return _tiny_steps(evidence)
 
 
-def _launch_finding(*, title: str, gain: float, basis: str, evidence: list[Evidence]) -> Finding:
+def _tiny_steps(evidence: RunEvidence) -> Finding | None:
+    """Without a trace: very short steps over a tiny batch point at per-operator overhead."""
+    median_step = evidence.median_step_s()
+    batches = [d.get("batch_size") for d in evidence.dataloaders()]
+    batch = min((b for b in batches if isinstance(b, int)), default=None)
+    if evidence.traces or median_step is None or batch is None:
+        return None
+    if median_step >= TINY_STEP_S or batch > TINY_BATCH_MAX:
+        return None
+    return _launch_finding(
+        title=f"Steps of {median_step * 1e3:.1f} ms over batches of {batch}: overhead-bound",
+        gain=TINY_STEP_PRIOR_GAIN,
+        basis=f"prior: {TINY_STEP_PRIOR_GAIN:.0%} of step time is fixed per-operator overhead "
+        "at this batch size (no profiler trace to measure it)",
+        evidence=[
+            Evidence("median step time", median_step * 1e3, "ms", "metrics (agent step timings)"),
+            Evidence("DataLoader batch size", batch, "samples", "facts"),
+        ],
+        confidence=0.4,
+    )
+
+
+def _launch_finding(
+    *, title: str, gain: float, basis: str, evidence: list[Evidence], confidence: float = 0.7
+) -> Finding:
     return finding(
         "launch.overhead",
         title=title,
-        confidence=0.7,
+        confidence=confidence,
         gain=gain,
         basis=basis,
         evidence=evidence,

@@ -82,6 +82,7 @@ class EventSink:
         self.runtime_names: dict[str, int] = {}
         self.cpu_op_counts: dict[str, int] = {}
         self.steps: list[tuple[int, float, float]] = []
+        self.optimizer_step_ends: list[float] = []
 
     def _ts(self, value: Any) -> float:
         ts = float(value)
@@ -143,6 +144,8 @@ class EventSink:
             number = name.rpartition("#")[2]
             self.steps.append((int(number) if number.isdigit() else len(self.steps), ts, dur))
             return
+        if name.startswith("Optimizer.step#"):
+            self.optimizer_step_ends.append(ts + dur)
         if "DataLoader" in name:
             cpu_class = CPU_DATALOADER
         if cpu_class == CPU_OP:
@@ -150,6 +153,17 @@ class EventSink:
         self.cpu_ts.append(ts)
         self.cpu_dur.append(dur)
         self.cpu_class.append(cpu_class)
+
+    def _optimizer_steps(self) -> list[tuple[int, float, float]]:
+        """Without ProfilerStep markers, a step ends where each Optimizer.step ends."""
+        ends = sorted(self.optimizer_step_ends)
+        if not ends:
+            return []
+        first_cpu = float(np.min(_np(self.cpu_ts, np.float64))) if len(self.cpu_ts) else ends[0]
+        starts = [first_cpu, *ends[:-1]]
+        return [
+            (i, start, end - start) for i, (start, end) in enumerate(zip(starts, ends, strict=True))
+        ]
 
     def build(self, **meta: Any) -> RankTrace:
         """The accumulated columns as a `RankTrace`, times relative to the earliest event."""
@@ -183,8 +197,10 @@ class EventSink:
             dur=_np(self.cpu_dur, np.float64),
             cpu_class=_np(self.cpu_class, np.int8),
         )
+        steps_from_profiler = bool(self.steps)
+        raw_steps = self.steps if self.steps else self._optimizer_steps()
         steps = sorted(
-            (Step(number=n, ts=ts - origin, dur=dur) for n, ts, dur in self.steps),
+            (Step(number=n, ts=ts - origin, dur=dur) for n, ts, dur in raw_steps),
             key=lambda s: s.ts,
         )
         return RankTrace(
@@ -198,5 +214,6 @@ class EventSink:
             runtime_names=list(self.runtime_names),
             cpu_op_counts=self.cpu_op_counts,
             fractional_timestamps=self.prefix_cut,
+            steps_from_profiler=steps_from_profiler,
             **meta,
         )

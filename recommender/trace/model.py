@@ -120,3 +120,4 @@ class RankTrace:
     backend: str | None = None
     compute_capability: tuple[int, int] | None = None
     fractional_timestamps: bool = False
+    steps_from_profiler: bool = True  # False: steps inferred from Optimizer.step annotations
