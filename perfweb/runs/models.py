@@ -57,6 +57,8 @@ class RunProcess(models.Model):
     exit_code = models.IntegerField(null=True, blank=True)
     step_count = models.BigIntegerField(default=0)
     dropped = models.BigIntegerField(default=0)
+    # What the agent says it produced in all (finish's `produced`: samples, steps, dropped).
+    produced = models.JSONField(default=dict, blank=True)
 
     class Meta:
         constraints = [

@@ -81,6 +81,7 @@ class FinishRequest:
     ended_at: float | None
     exit_code: int | None
     final: bool
+    produced: dict[str, int] = field(default_factory=dict)
 
 
 def _ids(body: dict[str, Any]) -> tuple[str, str]:
@@ -159,7 +160,19 @@ def parse_finish(body: Any) -> FinishRequest:
         ended_at=unix_time(body, "ended_at"),
         exit_code=integer(body, "exit_code"),
         final=final,
+        produced=_produced(body.get("produced")),
     )
+
+
+def _produced(value: Any) -> dict[str, int]:
+    if value is None:
+        return {}
+    counts = obj(value, "produced")
+    if len(counts) > 100:
+        raise Invalid("produced has more than 100 keys")
+    for key in counts:
+        integer(counts, key, path="produced.", minimum=0)
+    return counts
 
 
 def _metrics(value: Any) -> list[Samples]:

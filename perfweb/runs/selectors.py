@@ -99,6 +99,7 @@ def run_detail(*, run: Run) -> dict[str, Any]:
             "host",
             "step_count",
             "dropped",
+            "produced",
             "started_at",
             "last_seen_at",
             "ended_at",

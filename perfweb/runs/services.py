@@ -191,6 +191,10 @@ def run_finish(*, project: Project, request: FinishRequest) -> Run:
         RunProcess.objects.filter(run=run, agent_id=request.agent_id, ended_at=None).update(
             ended_at=ended_at, exit_code=request.exit_code, last_seen_at=now
         )
+        if request.produced:
+            RunProcess.objects.filter(run=run, agent_id=request.agent_id).update(
+                produced=request.produced
+            )
         Run.objects.filter(id=run.id).update(last_seen_at=now)
         if request.final:
             status = Run.FINISHED if request.exit_code == 0 else Run.FAILED

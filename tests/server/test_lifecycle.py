@@ -101,3 +101,19 @@ def test_it_keeps_a_finished_run_finished_when_a_late_batch_arrives(started: Age
     started.finish(exit_code=0)
     assert started.batch().status_code == 200
     assert Run.objects.get().status == "finished"
+
+
+def test_it_keeps_what_the_agent_says_it_produced(started: Agent) -> None:
+    body = {
+        "run_id": started.run_id,
+        "agent_id": started.agent_id,
+        "exit_code": 0,
+        "final": True,
+        "produced": {"samples": 20, "steps": 2, "dropped": 0},
+    }
+    assert started.post("finish", body).status_code == 200
+    assert RunProcess.objects.get().produced == {"samples": 20, "steps": 2, "dropped": 0}
+    body["produced"] = {"samples": -1}
+    response = started.post("finish", body)
+    assert response.status_code == 400
+    assert response.json()["error"] == "produced.samples is less than 0"
