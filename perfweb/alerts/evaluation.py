@@ -69,12 +69,14 @@ def _evaluate_pairs(*, pairs: list[tuple[AlertRule, Run]], now: datetime,
     end = now.timestamp()
     recent = samples.recent_samples(run_ids={run.id for _, run in pairs}, names=names,
                                     start=end - longest, end=end)
+    alerts = {(a.rule_id, a.run_id): a for a in Alert.objects.filter(
+        rule_id__in={rule.id for rule, _ in pairs}, run_id__in={run.id for _, run in pairs})}
     events = []
     for rule, run in pairs:
         window = _window(rule=rule, run=run, series=recent.get(run.id, {}), end=end)
         verdict = CONDITIONS[rule.kind].evaluate(rule.threshold, window)
         event = alert_observe(rule=rule, run=run, verdict=verdict, window=window, now=now,
-                              enqueue=enqueue)
+                              enqueue=enqueue, alert=alerts.get((rule.id, run.id)))
         if event is not None:
             events.append(event.id)
     return events
@@ -104,15 +106,17 @@ def _clip(series: Series, *, start: float) -> Series:
 
 
 def alert_observe(*, rule: AlertRule, run: Run, verdict: Verdict, window: RunWindow,
-                  now: datetime, enqueue: Enqueue | None = None) -> AlertEvent | None:
-    """Applies one verdict to the (rule, run) alert; returns the event if the state moved."""
+                  now: datetime, enqueue: Enqueue | None = None,
+                  alert: Alert | None = None) -> AlertEvent | None:
+    """Applies one verdict to the (rule, run) alert (`alert`: the row as read with the
+    others, None if there was none); returns the event if the state moved."""
     if verdict.holds is None:
         return None
-    alert = Alert.objects.filter(rule=rule, run=run).first()
     if alert is None and not verdict.holds:
         return None  # no row for the (many) runs that never fired
     if alert is None:
         alert = _alert_get_or_create(rule=rule, run=run)
+    alert.rule, alert.run = rule, run  # already read: no query per message
     if verdict.holds and alert.state != Alert.FIRING:
         kind, to_state = AlertEvent.FIRING, Alert.FIRING
     elif not verdict.holds and alert.state == Alert.FIRING:

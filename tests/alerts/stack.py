@@ -50,6 +50,7 @@ class Stack:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.worker_concurrency = worker_concurrency
+        self.worker_loglevel = "WARNING"
         self.env = {
             **os.environ,
             "DATABASE_URL": f"sqlite:///{self.db_path}",
@@ -86,7 +87,7 @@ class Stack:
     def start_worker(self) -> None:
         self.start_process("worker", [
             sys.executable, "tests/alerts/celery_proc.py", "worker",
-            "--loglevel", "WARNING", "--pool", "prefork",
+            "--loglevel", self.worker_loglevel, "--pool", "prefork",
             "--concurrency", str(self.worker_concurrency), "--without-gossip",
             "--without-mingle", "--hostname", f"alerts-{uuid.uuid4().hex[:6]}@%h"])
 
