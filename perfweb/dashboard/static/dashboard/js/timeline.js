@@ -84,7 +84,7 @@ window.PerfwebTimeline = (function () {
         // A step's value holds from the previous step's end to its own end time ("vh").
         line: { width: 1.5, color: color, shape: isStep || isWait ? "vh" : "linear" },
         fill: isWait ? "tozeroy" : "none", fillcolor: isWait ? WAIT_COLOR + "40" : undefined,
-        hovertemplate: "%{y:.3~f} " + scale.unit + "<extra>" + name + "</extra>",
+        hovertemplate: "%{y:.4~g} " + scale.unit + "<extra>" + name + "</extra>",
         meta: { device: s.device, metric: s.name, raw_count: s.raw_count, downsampled: s.downsampled },
       };
     });
