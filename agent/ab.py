@@ -1,6 +1,6 @@
 """The A/B engine: run a workload with and without knobs, interleaved, and compare step times.
 
-Each round runs the command twice, baseline then candidate, each time under `perf-agent
+Each round runs the command twice, baseline and candidate (ABBA order), each under `perf-agent
 attach --offline` into a fresh temporary folder with `PERF_AGENT_MAX_STEPS = warmup + steps`;
 the candidate also gets `PERF_AGENT_KNOBS`. The per-step durations come back from the agent's
 offline batches (docs/protocol.md), the first `warmup` steps are discarded, and
@@ -130,7 +130,10 @@ def run_ab(
     rounds: list[Round] = []
     for number in range(1, plan.rounds + 1):
         measured = {}
-        for arm in (BASELINE, CANDIDATE):
+        # ABBA: odd rounds run the baseline first, even rounds the candidate, so a position
+        # effect (what ran just before, a periodic neighbour) falls on both arms alike.
+        order = (BASELINE, CANDIDATE) if number % 2 else (CANDIDATE, BASELINE)
+        for arm in order:
             result = run_arm(
                 plan, arm=arm, round_number=number, launcher=prefix, cancelled=cancelled
             )

@@ -1,4 +1,10 @@
-"""Statistics of an A/B measurement: medians, speedup, bootstrap CI, verdict, loss parity.
+"""Statistics of an A/B measurement: step times, speedup, bootstrap CI, verdict, loss parity.
+
+The speedup compares mean step times (time per step over the measured window, i.e. the
+inverse of throughput). Medians are reported too, but they do not drive the verdict: a loop
+fed by DataLoader workers is bursty (a few near-zero steps served from the prefetch queue,
+then a wait), and the median of such a window jumps between the two modes from round to
+round, while the mean is what the user's training time is made of.
 
 Stdlib only (it runs on the training host next to the user's job). The bootstrap is
 two-level: it resamples rounds (each round holds one baseline and one candidate arm, run back
@@ -53,8 +59,10 @@ class LossParity:
 class Comparison:
     """The result of an A/B measurement; `speedup` > 1 means the candidate is faster."""
 
-    baseline_step_s: float
+    baseline_step_s: float  # mean time per measured step
     candidate_step_s: float
+    baseline_median_s: float
+    candidate_median_s: float
     speedup: float
     ci_low: float
     ci_high: float
@@ -70,8 +78,8 @@ class Comparison:
 
 
 def speedup_of(baseline: Sequence[float], candidate: Sequence[float]) -> float:
-    """Median baseline step time over median candidate step time."""
-    return statistics.median(baseline) / statistics.median(candidate)
+    """Mean baseline step time over mean candidate step time (> 1: the candidate is faster)."""
+    return statistics.fmean(baseline) / statistics.fmean(candidate)
 
 
 def bootstrap_ci(
@@ -138,7 +146,7 @@ def compare(
     resamples: int = 2000,
     seed: int = 0,
 ) -> Comparison:
-    """Medians, speedup, 95% CI and verdict of complete rounds (each arm non-empty)."""
+    """Step times, speedup, 95% CI and verdict of complete rounds (each arm non-empty)."""
     usable = [r for r in rounds if r.baseline and r.candidate]
     if not usable:
         raise ValueError("no round has step times for both arms")
@@ -146,15 +154,17 @@ def compare(
     candidate = [x for r in usable for x in r.candidate]
     speedup = speedup_of(baseline, candidate)
     ci_low, ci_high = bootstrap_ci(usable, resamples=resamples, seed=seed)
-    base_median, cand_median = statistics.median(baseline), statistics.median(candidate)
+    base_mean, cand_mean = statistics.fmean(baseline), statistics.fmean(candidate)
     return Comparison(
-        baseline_step_s=base_median,
-        candidate_step_s=cand_median,
+        baseline_step_s=base_mean,
+        candidate_step_s=cand_mean,
+        baseline_median_s=statistics.median(baseline),
+        candidate_median_s=statistics.median(candidate),
         speedup=speedup,
         ci_low=ci_low,
         ci_high=ci_high,
         verdict=verdict_of(speedup, ci_low, ci_high, min_effect=min_effect),
-        measured_gain=1.0 - cand_median / base_median,
+        measured_gain=1.0 - cand_mean / base_mean,
         rounds=len(usable),
         steps_per_arm=min(len(r.baseline) for r in usable),
         loss_parity=loss_parity(usable, tolerance=loss_tolerance),

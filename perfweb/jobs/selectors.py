@@ -10,6 +10,7 @@ from django.db.models import QuerySet
 
 from agent.knobs import FINDING_KNOBS, KNOBS
 from perfweb.jobs.models import FixVerification, Job
+from perfweb.jobs.services import claim_ttl
 from perfweb.runs.models import Run
 
 
@@ -42,6 +43,7 @@ def job_for_runner(*, job: Job) -> dict[str, Any]:
         "rounds": job.rounds,
         "steps": job.steps,
         "warmup": job.warmup,
+        "claim_ttl_s": claim_ttl().total_seconds(),  # post progress well within this
     }
 
 

@@ -29,7 +29,7 @@ def _plan(**env: str) -> AbPlan:
 def test_it_interleaves_rounds_and_measures_a_speedup() -> None:
     arms = []
     result = run_ab(_plan(FAKE_STEP_S="0.004", FAKE_SPEEDUP="2"), on_arm=arms.append, launcher=FAKE)
-    assert [a.arm for a in arms] == [BASELINE, CANDIDATE] * 3
+    assert [a.arm for a in arms] == [BASELINE, CANDIDATE, CANDIDATE, BASELINE, BASELINE, CANDIDATE]
     assert [a.round for a in arms] == [1, 1, 2, 2, 3, 3]
     assert all(len(a.step_s) == 8 for a in arms)  # 10 steps run, 2 warm-up steps dropped
     assert result.verdict == "faster" and 1.8 < result.speedup < 2.2 and result.ci_low > 1

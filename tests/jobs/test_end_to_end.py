@@ -1,0 +1,130 @@
+"""Optimisation jobs end to end on the CPU: the real server, Celery worker, Redis, agent
+and runner, each in its own process. Under CI=true a missing Redis fails these tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.jobs.stack import Stack
+from tests.server.servers import require_redis
+
+pytestmark = [pytest.mark.redis, pytest.mark.slow]
+SCRIPT = "tests/jobs/input_bound.py"
+CLAIM_TTL_S = 6.0
+
+
+@pytest.fixture(scope="module")
+def stack() -> Iterator[Stack]:
+    require_redis()
+    running = Stack(claim_ttl_s=CLAIM_TTL_S).start()
+    running.start_runner()
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def _verification(stack: Stack, run_id: str, finding_id: str) -> tuple:
+    return stack.wait_row(
+        "SELECT v.status, v.measured_gain, v.speedup FROM jobs_fixverification v "
+        "JOIN runs_run r ON r.id = v.run_id WHERE r.run_id = ? AND v.finding_id = ?",
+        run_id, finding_id,
+    )  # fmt: skip
+
+
+def _summary(state: dict) -> str:
+    return f"{state['speedup']:.3f}x (95% CI {state['ci_low']:.3f}-{state['ci_high']:.3f})"
+
+
+def test_the_num_workers_fix_of_an_input_bound_run_is_verified(stack: Stack) -> None:
+    run_id = stack.attach("python", SCRIPT, "--steps", "30")
+    job_id = stack.try_fix(
+        run_id, finding_id="dataloader.num_workers", knob="num_workers=2", steps=20
+    )
+    state = stack.wait_job(job_id)
+    assert state["status"] == "succeeded", state["error"] + stack.logs()
+    assert state["progress"] == {"done": 6, "total": 6, "fraction": 1.0}
+    assert state["speedup"] > 1.3 and state["ci_low"] > 1.0, state
+    assert state["verdict"] == "faster"
+    assert state["result"]["loss_parity"]["within_tolerance"] is True
+    status, gain, speedup = _verification(stack, run_id, "dataloader.num_workers")
+    assert status == "verified" and gain > 0.2 and speedup == state["speedup"]
+    print("num_workers=2:", _summary(state))
+
+
+def test_a_knob_that_does_nothing_on_a_healthy_run_is_refuted(stack: Stack) -> None:
+    run_id = stack.attach("python", SCRIPT, "--healthy", "--steps", "30")
+    job_id = stack.try_fix(run_id, finding_id="cudnn.benchmark", knob="cudnn_benchmark=true")
+    state = stack.wait_job(job_id)
+    assert state["status"] == "succeeded", state["error"] + stack.logs()
+    assert state["verdict"] == "no measurable difference", state
+    status, _gain, _speedup = _verification(stack, run_id, "cudnn.benchmark")
+    assert status == "refuted"
+    print("cudnn_benchmark=true:", _summary(state))
+
+
+FORGE = """
+import socket, sys
+from django.utils import timezone
+from perfweb.jobs.models import Job
+from perfweb.projects.models import Project
+from perfweb.runs.models import Run
+project, now, marker = Project.objects.get(name="jobs"), timezone.now(), sys.argv[-1]
+evil = ["sh", "-c", "touch " + "{marker}"]
+foreign = Run.objects.create(project=project, run_id="forged-run-0001", command=evil, cwd="/tmp",
+    host=socket.gethostname(), status="finished", started_at=now, last_seen_at=now)
+recorded = Run.objects.get(run_id="{recorded}")
+Run.objects.filter(id=recorded.id).update(command=evil)  # a server that lies about a real run
+for run, knobs in ((foreign, {{"num_workers": 2}}), (recorded, {{"num_workers": 2}}),
+                   (Run.objects.get(run_id="{clean}"), {{"shell": "touch {marker}"}})):
+    print(Job.objects.create(project=project, run=run, host=run.host, knobs=knobs).id)
+"""
+
+
+def test_forged_jobs_are_refused_and_nothing_foreign_runs(stack: Stack, tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    recorded = stack.attach("python", "-c", "pass")
+    clean = stack.attach("python", "-c", "pass")
+    code = FORGE.format(marker=marker, recorded=recorded, clean=clean)
+    job_ids = [int(line) for line in stack.manage("shell", "-c", code).split()]
+    states = [stack.wait_job(job_id, deadline_s=60) for job_id in job_ids]
+    assert [s["status"] for s in states] == ["failed"] * 3
+    assert states[0]["error"].startswith("refused: run forged-run-0001 was not recorded")
+    assert states[1]["error"] == (
+        "refused: the job's command is not the command the agent recorded for this run"
+    )
+    assert states[2]["error"].startswith('refused: unknown knob "shell"')
+    assert not marker.exists()
+
+
+def _workload_pids(runner: psutil.Process) -> list[psutil.Process]:
+    return [p for p in runner.children(recursive=True) if "input_bound" in " ".join(p.cmdline())]
+
+
+def test_a_runner_that_dies_leaves_no_orphans_and_the_job_fails(stack: Stack) -> None:
+    shared = stack.processes.pop("runner")
+    os.killpg(shared.pid, signal.SIGTERM)
+    shared.wait(timeout=30)
+    run_id = stack.attach("python", SCRIPT, "--steps", "30")
+    job_id = stack.try_fix(run_id, knob="num_workers=2", rounds=5, steps=400)
+    runner = psutil.Process(stack.start_runner("doomed").pid)
+    deadline = time.monotonic() + 60
+    while not (workload := _workload_pids(runner)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert workload, stack.logs()
+    runner.kill()  # SIGKILL: no handler runs in the runner itself
+    gone, alive = psutil.wait_procs(workload, timeout=15)
+    assert not alive, f"orphans left: {[p.cmdline() for p in alive]}"
+    time.sleep(CLAIM_TTL_S + 1)
+    stack.send_task("perfweb.jobs.tasks.sweep_expired_jobs_task")
+    deadline = time.monotonic() + 30
+    while (state := stack.job_state(job_id))["status"] == "running" and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert state["status"] == "failed" and "claim expired" in state["error"], state
