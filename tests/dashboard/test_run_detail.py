@@ -36,7 +36,11 @@ def test_it_shows_the_run_to_a_teammate(client: Client, teammate: Any, vision_ru
 
 
 def test_it_answers_404_to_an_outsider(client: Client, outsider: Any, vision_run: str) -> None:
-    assert login(client, outsider).get(f"/runs/{vision_run}/").status_code == 404
+    response = login(client, outsider).get(f"/runs/{vision_run}/")
+    assert response.status_code == 404
+    page = response.content.decode()
+    assert "a project you are not a member of" in page
+    assert "resnet50-bs256" not in page
 
 
 def test_it_answers_404_for_an_unknown_run(client: Client, owner: Any) -> None:
