@@ -23,8 +23,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import in_ci
-
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = Path(os.environ.get("PERFWEB_CHROMIUM", "/usr/bin/chromium"))
 CHROMIUM_ARGS = [
@@ -37,6 +35,10 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 USER, PASSWORD, PROJECT = "demo", "demo-password", "demo"
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
 
 
 def missing(reason: str) -> None:

@@ -1,0 +1,96 @@
+"""The dashboard's pure JavaScript helpers, run in Chromium against their Python twins."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from perfweb.dashboard.templatetags.perfweb_format import duration
+
+pytestmark = pytest.mark.browser
+
+JS = Path(__file__).resolve().parents[2] / "perfweb" / "dashboard" / "static" / "dashboard" / "js"
+
+
+@pytest.fixture(scope="module")
+def page(browser: Any) -> Iterator[Any]:
+    page = browser.new_page()
+    page.set_content("<!doctype html><title>js</title>")
+    for name in ("format.js", "api.js", "timeline.js"):
+        page.add_script_tag(path=str(JS / name))
+    yield page
+    page.close()
+
+
+@pytest.mark.parametrize("seconds", [0, 0.4, 12.7, 59, 60, 125, 3599, 3725, 86399, 90000, 10**6])
+def test_it_formats_durations_as_the_server_does(page: Any, seconds: float) -> None:
+    assert page.evaluate("(s) => PerfwebFormat.duration(s)", seconds) == duration(seconds)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["python", "train.py", "--lr", "3e-4"], ["python", "-c", "print('hi there')"], ["a b", ""]],
+)
+def test_it_writes_a_command_as_shlex_join_does(page: Any, command: list[str]) -> None:
+    assert page.evaluate("(c) => PerfwebFormat.commandLine(c)", command) == shlex.join(command)
+
+
+def test_it_splices_the_zoomed_detail_into_the_overview(page: Any) -> None:
+    overview = [
+        {"device": "gpu:0", "name": "gpu.utilization", "t": [0, 10, 20, 30], "v": [1, 2, 3, 4]}
+    ]
+    detail = {
+        "start": 5,
+        "end": 25,
+        "series": [{"device": "gpu:0", "name": "gpu.utilization", "t": [6, 8, 12], "v": [7, 8, 9]}],
+    }
+    merged = page.evaluate("([o, d]) => PerfwebTimeline.splice(o, d)", [overview, detail])
+    assert merged[0]["t"] == [0, 6, 8, 12, 30]
+    assert merged[0]["v"] == [1, 7, 8, 9, 4]
+
+
+def test_it_says_once_that_the_gpu_rows_are_empty(page: Any) -> None:
+    rows = [
+        {
+            "key": "gpu_util",
+            "title": "GPU utilisation",
+            "group": "gpu",
+            "empty": "no GPU.",
+            "pending": "soon.",
+        },
+        {
+            "key": "gpu_power",
+            "title": "GPU power",
+            "group": "gpu",
+            "empty": "no GPU.",
+            "pending": "soon.",
+        },
+        {
+            "key": "cpu",
+            "title": "Process CPU",
+            "group": "process",
+            "empty": "none.",
+            "pending": "soon.",
+        },
+    ]
+    lines = page.evaluate("([r]) => PerfwebTimeline.emptyLines(r, new Set(['cpu']), 0)", [rows])
+    assert lines == [{"group": "gpu", "text": "GPU utilisation and GPU power: no GPU."}]
+    waiting = page.evaluate("([r]) => PerfwebTimeline.emptyLines(r, new Set(['cpu']), 2)", [rows])
+    assert waiting[0]["text"] == "GPU utilisation and GPU power: soon."
+
+
+def test_it_maps_axis_values_back_to_unix_seconds(page: Any) -> None:
+    seconds = 1764496800.25
+    back = page.evaluate(
+        """(s) => {
+          const x = PerfwebTimeline.toAxis(s);
+          const asText = new Date(x).toISOString().replace('T', ' ').replace('Z', '');
+          return [PerfwebTimeline.fromAxis(x), PerfwebTimeline.fromAxis(asText)];
+        }""",
+        seconds,
+    )
+    assert back == [pytest.approx(seconds, abs=1e-3), pytest.approx(seconds, abs=1e-3)]
