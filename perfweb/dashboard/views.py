@@ -32,7 +32,6 @@ def runs_list(request: HttpRequest) -> HttpResponse:
         {
             "runs": [presenters.with_command_line(run) for run in runs],
             "server_url": request.build_absolute_uri("/").rstrip("/"),
-            "plotly_version": assets.plotly_version(),
             "page_config": {
                 "api": f"{API_PREFIX}/runs",
                 "runUrl": reverse("dashboard:run", args=["RUN_ID"]),
@@ -55,7 +54,6 @@ def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
         {
             "run": row,
             "panels": run_panels(run=run, user=request.user),
-            "plotly_version": assets.plotly_version(),
             "page_config": {
                 "api": f"{API_PREFIX}/runs/{run.run_id}",
                 "runId": run.run_id,
