@@ -38,9 +38,8 @@ _CPU_CATS = {"cpu_op": CPU_OP, "Operator": CPU_OP, "user_annotation": CPU_ANNOTA
 _ABSOLUTE_TS = 1e10  # after a prefix cut, larger timestamps are the ones the cut missed
 
 
-def _stream_of(args: dict[str, Any]) -> int:
+def _stream_of(value: Any) -> int:
     """HTA's reading of args.stream: an int, or -1 when absent or not a number."""
-    value = args.get("stream")
     if value is None:
         return -1
     try:
@@ -49,8 +48,7 @@ def _stream_of(args: dict[str, Any]) -> int:
         return -1
 
 
-def _int_arg(args: dict[str, Any], key: str, default: int) -> int:
-    value = args.get(key)
+def _as_int(value: Any, default: int) -> int:
     return (
         int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default
     )
@@ -71,6 +69,10 @@ class EventSink:
     def __init__(self, *, base_us: float, prefix_cut: bool) -> None:
         self.base_us = base_us
         self.prefix_cut = prefix_cut
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget everything added so far (a parser fallback starts again)."""
         self.gpu_ts, self.gpu_dur = array("d"), array("d")
         self.gpu_stream, self.gpu_corr, self.gpu_bytes = array("q"), array("q"), array("q")
         self.gpu_kind, self.gpu_type, self.gpu_name = array("b"), array("b"), array("i")
@@ -91,29 +93,58 @@ class EventSink:
         return ts
 
     def add(self, event: dict[str, Any]) -> None:
-        """Keep what is needed of one trace event."""
-        if event.get("ph") != "X":
-            return
-        dur, ts, cat = event.get("dur"), event.get("ts"), event.get("cat")
-        if not isinstance(dur, (int, float)) or not isinstance(ts, (int, float)):
-            return
-        name = event.get("name")
-        if not isinstance(name, str):
-            name = str(name)
+        """Keep what is needed of one trace event given as a dict (generic parser)."""
         args = event.get("args")
         if not isinstance(args, dict):
             args = {}
-        if cat in _HOST_CATS:
-            self._add_host(self._ts(ts), float(dur), name, args)
+        self.add_fields(
+            event.get("ph"),
+            event.get("cat"),
+            event.get("name"),
+            event.get("ts"),
+            event.get("dur"),
+            args.get("stream"),
+            args.get("correlation"),
+            args.get("bytes"),
+        )
+
+    def add_fields(
+        self,
+        ph: Any,
+        cat: Any,
+        name: Any,
+        ts: Any,
+        dur: Any,
+        stream_arg: Any,
+        correlation: Any,
+        nbytes: Any,
+    ) -> None:
+        """Keep what is needed of one trace event, given its fields."""
+        if ph != "X":
             return
-        stream = _stream_of(args)
+        if not isinstance(dur, (int, float)) or not isinstance(ts, (int, float)):
+            return
+        if not isinstance(name, str):
+            name = str(name)
+        if cat in _HOST_CATS:
+            self._add_host(self._ts(ts), float(dur), name, _as_int(correlation, -1))
+            return
+        stream = _stream_of(stream_arg)
         if stream != -1:
-            self._add_gpu(self._ts(ts), float(dur), name, cat, stream, args)
+            self._add_gpu(
+                self._ts(ts),
+                float(dur),
+                name,
+                cat,
+                stream,
+                _as_int(correlation, -1),
+                _as_int(nbytes, 0),
+            )
         elif cat in _CPU_CATS:
             self._add_cpu(self._ts(ts), float(dur), name, _CPU_CATS[cat])
 
     def _add_gpu(
-        self, ts: float, dur: float, name: str, cat: Any, stream: int, args: dict[str, Any]
+        self, ts: float, dur: float, name: str, cat: Any, stream: int, corr: int, nbytes: int
     ) -> None:
         name_id = self.gpu_names.get(name)
         if name_id is None:
@@ -122,21 +153,21 @@ class EventSink:
         self.gpu_ts.append(ts)
         self.gpu_dur.append(dur)
         self.gpu_stream.append(stream)
-        self.gpu_corr.append(_int_arg(args, "correlation", -1))
-        self.gpu_bytes.append(_int_arg(args, "bytes", 0))
+        self.gpu_corr.append(corr)
+        self.gpu_bytes.append(nbytes)
         self.gpu_kind.append(
             _GPU_KINDS.get(cat, KIND_OTHER) if isinstance(cat, str) else KIND_OTHER
         )
         self.gpu_type.append(self.gpu_name_types[name_id])
         self.gpu_name.append(name_id)
 
-    def _add_host(self, ts: float, dur: float, name: str, args: dict[str, Any]) -> None:
+    def _add_host(self, ts: float, dur: float, name: str, corr: int) -> None:
         name_id = self.runtime_names.get(name)
         if name_id is None:
             name_id = self.runtime_names[name] = len(self.runtime_names)
         self.host_ts.append(ts)
         self.host_dur.append(dur)
-        self.host_corr.append(_int_arg(args, "correlation", -1))
+        self.host_corr.append(corr)
         self.host_name.append(name_id)
 
     def _add_cpu(self, ts: float, dur: float, name: str, cpu_class: int) -> None:

@@ -1,0 +1,97 @@
+"""Loading Kineto traces: formats, fallbacks and nanosecond timestamps."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from recommender.errors import InputError
+from recommender.trace.loader import load_trace, load_traces
+from recommender.trace.model import KIND_KERNEL, KIND_MEMCPY
+
+EVENTS = [
+    {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#7", "ts": 100, "dur": 50},
+    {
+        "ph": "X",
+        "cat": "cuda_runtime",
+        "name": "cudaLaunchKernel",
+        "ts": 101,
+        "dur": 4,
+        "args": {"correlation": 11},
+    },
+    {
+        "ph": "X",
+        "cat": "kernel",
+        "name": "volta_sgemm_128x64_nn",
+        "ts": 110,
+        "dur": 20,
+        "args": {"stream": 7, "correlation": 11},
+    },
+    {
+        "ph": "X",
+        "cat": "gpu_memcpy",
+        "name": "Memcpy HtoD (Pageable -> Device)",
+        "ts": 131,
+        "dur": 3,
+        "args": {"stream": 7, "correlation": 12, "bytes": 4096},
+    },
+    {"ph": "f", "cat": "ac2g", "name": "ac2g", "ts": 110, "id": 11},
+    {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 102, "dur": 2},
+]
+
+
+def _write(tmp_path: Path, document: object, name: str = "t.json", gz: bool = False) -> Path:
+    data = json.dumps(document).encode()
+    path = tmp_path / name
+    path.write_bytes(gzip.compress(data) if gz else data)
+    return path
+
+
+def _check(trace) -> None:  # noqa: ANN001
+    assert [s.number for s in trace.steps] == [7]
+    assert list(trace.gpu.kind) == [KIND_KERNEL, KIND_MEMCPY]
+    assert list(trace.gpu.correlation) == [11, 12] and list(trace.gpu.nbytes) == [0, 4096]
+    assert trace.runtime_names == ["cudaLaunchKernel"]
+    assert trace.cpu_op_counts == {"aten::mm": 1}
+
+
+def test_it_loads_a_plain_and_a_gzipped_trace(tmp_path: Path) -> None:
+    _check(load_trace(_write(tmp_path, {"traceEvents": EVENTS})))
+    _check(load_trace(_write(tmp_path, {"traceEvents": EVENTS}, "t.json.gz", gz=True)))
+
+
+def test_it_loads_a_bare_event_list_and_odd_args_through_the_generic_parser(tmp_path: Path) -> None:
+    _check(load_trace(_write(tmp_path, EVENTS)))
+    odd = [*EVENTS, {"ph": "X", "cat": "cpu_op", "name": "x", "ts": 1, "dur": 1, "args": [1]}]
+    trace = load_trace(_write(tmp_path, {"traceEvents": odd}))
+    assert trace.cpu_op_counts == {"aten::mm": 1, "x": 1}
+
+
+def test_it_reads_a_multi_member_gzip(tmp_path: Path) -> None:
+    data = json.dumps({"traceEvents": EVENTS}).encode()
+    path = tmp_path / "t.json.gz"
+    path.write_bytes(gzip.compress(data[:100]) + gzip.compress(data[100:]))
+    _check(load_trace(path))
+
+
+def test_it_keeps_nanosecond_digits_of_large_timestamps(tmp_path: Path) -> None:
+    # At 1.7e15 µs a float64 is only 0.25 µs fine; the loader must still see 1 ns steps.
+    text = json.dumps({"traceEvents": EVENTS[:3]})
+    text = text.replace('"ts": 110,', '"ts": 1712195495519689.047,')
+    text = text.replace('"ts": 101,', '"ts": 1712195495519680.001,')
+    text = text.replace('"ts": 100,', '"ts": 1712195495519679.999,')
+    path = tmp_path / "ns.json"
+    path.write_text(text)
+    trace = load_trace(path)
+    assert trace.fractional_timestamps
+    step = trace.steps[0].ts
+    assert trace.gpu.ts[0] - step == pytest.approx(9.048, abs=1e-6)
+    assert trace.host.ts[0] - step == pytest.approx(0.002, abs=1e-6)
+
+
+def test_it_refuses_an_empty_directory(tmp_path: Path) -> None:
+    with pytest.raises(InputError):
+        load_traces(tmp_path)
