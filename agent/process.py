@@ -26,16 +26,44 @@ class ProcessSource(Protocol):
         """(cpu_percent, rss_bytes, threads, count) summed over child processes."""
 
 
-class PsutilSource:
-    """Process numbers from psutil; child Process objects are cached so CPU % has a base."""
+def child_pids(pid: int) -> list[int] | None:
+    """Direct children from /proc/<pid>/task/*/children (no scan of every process), or None."""
+    base = f"/proc/{pid}/task"
+    try:
+        tasks = os.listdir(base)
+    except OSError:
+        return None
+    pids: list[int] = []
+    for task in tasks:
+        try:
+            with open(f"{base}/{task}/children") as handle:
+                pids += [int(p) for p in handle.read().split()]
+        except (OSError, ValueError):
+            return None if task == str(pid) else pids
+    return pids
 
-    def __init__(self, pid: int | None = None) -> None:
+
+class PsutilSource:
+    """Process numbers from psutil; children found every `rescan_every` calls and cached.
+
+    Finding children with psutil reads every process's stat file; /proc/<pid>/task/*/children
+    lists them directly, so that is used where the kernel offers it.
+    """
+
+    def __init__(self, pid: int | None = None, rescan_every: int = 5) -> None:
         import psutil
 
         self._psutil = psutil
         self._proc = psutil.Process(pid or os.getpid())
         self._proc.cpu_percent(None)
         self._children: dict[int, Any] = {}
+        self._rescan_every = rescan_every
+        self._calls = 0
+
+    @property
+    def pids(self) -> set[int]:
+        """This process and its known children."""
+        return {self._proc.pid, *self._children}
 
     def own(self) -> tuple[float, float, float] | None:
         """(cpu_percent, rss_bytes, threads) of this process."""
@@ -46,26 +74,41 @@ class PsutilSource:
                 float(self._proc.num_threads()),
             )
 
-    def children(self) -> tuple[float, float, float, int] | None:
-        """Sums over child processes (recursive); new children start at 0 % CPU."""
+    def _rescan(self) -> None:
         psutil = self._psutil
-        try:
-            current = {p.pid: p for p in self._proc.children(recursive=True)}
-        except psutil.Error:
-            return None
+        pids = child_pids(self._proc.pid)
+        if pids is None:
+            try:
+                pids = [p.pid for p in self._proc.children(recursive=False)]
+            except psutil.Error:
+                return
+        fresh: dict[int, Any] = {}
+        for pid in pids:
+            known = self._children.get(pid)
+            if known is None:
+                try:
+                    known = psutil.Process(pid)
+                    known.cpu_percent(None)  # the base for the next reading
+                except psutil.Error:
+                    continue
+            fresh[pid] = known
+        self._children = fresh
+
+    def children(self) -> tuple[float, float, float, int] | None:
+        """Sums over direct child processes (DataLoader workers)."""
+        if self._calls % self._rescan_every == 0:
+            self._rescan()
+        self._calls += 1
         cpu = rss = threads = 0.0
         alive: dict[int, Any] = {}
-        for pid, proc in current.items():
-            known = self._children.get(pid, proc)
+        for pid, proc in self._children.items():
             try:
-                with known.oneshot():
-                    cpu += known.cpu_percent(None) if pid in self._children else 0.0
-                    if pid not in self._children:
-                        known.cpu_percent(None)
-                    rss += known.memory_info().rss
-                    threads += known.num_threads()
-                alive[pid] = known
-            except psutil.Error:
+                with proc.oneshot():
+                    cpu += proc.cpu_percent(None)
+                    rss += proc.memory_info().rss
+                    threads += proc.num_threads()
+                alive[pid] = proc
+            except self._psutil.Error:
                 continue
         self._children = alive
         return cpu, rss, threads, len(alive)
@@ -116,6 +159,11 @@ def default_source() -> ProcessSource | None:
 
 class ProcessCollector:
     """`is_available()` + `collect()` over a ProcessSource."""
+
+    def pids(self) -> set[int]:
+        """This process and the children last seen (for NVML per-process memory)."""
+        known = getattr(self._source, "pids", None)
+        return set(known) if known else {os.getpid()}
 
     def __init__(
         self, source: ProcessSource | None = None, clock: Callable[[], float] = time.time

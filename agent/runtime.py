@@ -152,7 +152,7 @@ class Agent:
         torch = torch_state.imported_torch() if self.patches.installed else None
         if torch is not None:
             samples += torch_state.cuda_memory(torch, time.time())
-            if first or self._ticks % FACTS_EVERY_TICKS == 0:
+            if first or self._closed or self._ticks % FACTS_EVERY_TICKS == 0:
                 self.sender.facts.update(
                     torch_state.dynamic_facts(torch, self.counters, self.timer.index)
                 )
@@ -197,14 +197,7 @@ class Agent:
             log.debug("ignoring command %r", command.get("type"))
 
     def _job_pids(self) -> Iterable[int]:
-        pids = {self.pid}
-        try:
-            import psutil
-
-            pids.update(p.pid for p in psutil.Process(self.pid).children(recursive=True))
-        except Exception:  # noqa: BLE001
-            pass
-        return pids
+        return self.process.pids()
 
 
 def _default_name(command: list[str]) -> str:

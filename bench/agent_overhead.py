@@ -1,0 +1,254 @@
+"""The agent's overhead on a CPU training loop: with and without it, interleaved.
+
+    python bench/agent_overhead.py [--runs 10] [--steps 400] [--out bench/results/agent_overhead.json]
+
+Each run is a fresh Python process running the same loop (MLP, DataLoader over tensors,
+AdamW; every step timed by the agent's optimizer hook and DataLoader wrapper). Modes:
+`baseline` (no agent), `agent-1hz` and `agent-10hz` (agent started exactly as
+`perf-agent attach` starts it, writing to an offline directory), and `profiler` (10 Hz
+plus one profiler window, whose steps are reported separately). Runs are interleaved
+(baseline, 1 Hz, 10 Hz, profiler, baseline, ...) so that drift on a shared machine hits
+every mode alike. Reported: the median over runs of each run's median step time, the
+slowdown against baseline, and the RSS the agent adds at the end of the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+LOOP = textwrap.dedent(
+    """
+    import json, os, sys, time
+    import torch
+    from torch import nn
+    from torch.utils.data import DataLoader, TensorDataset
+
+    steps, warm = int(sys.argv[1]), 30  # warm: WARM in the benchmark
+    torch.manual_seed(0)
+    data = TensorDataset(torch.randn(256 * 64, 256), torch.randn(256 * 64, 1))
+    loader = DataLoader(data, batch_size=256, shuffle=True, num_workers=0)
+    model = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
+                          nn.Linear(512, 1))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    times = []
+    it = iter(loader)
+    for step in range(steps + warm):
+        t0 = time.perf_counter()
+        try:
+            x, y = next(it)
+        except StopIteration:
+            it = iter(loader)
+            x, y = next(it)
+        opt.zero_grad(set_to_none=True)
+        nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+        times.append(time.perf_counter() - t0)
+    with open("/proc/self/status") as f:
+        rss = next(int(l.split()[1]) * 1024 for l in f if l.startswith("VmRSS:"))
+    print(json.dumps({"times": times[warm:], "rss": rss, "warm": warm}))
+    """
+)
+
+MODES: dict[str, dict[str, str]] = {
+    "baseline": {},
+    "agent-1hz": {"PERF_AGENT_INTERVAL": "1", "PERF_AGENT_PROFILE": "0"},
+    "agent-10hz": {"PERF_AGENT_INTERVAL": "0.1", "PERF_AGENT_PROFILE": "0"},
+    "profiler": {
+        "PERF_AGENT_INTERVAL": "0.1",
+        "PERF_AGENT_PROFILE": "1",
+        "PERF_AGENT_PROFILE_STEPS": "5",  # warm-up steps set per run: a third of the run
+    },
+}
+WARM = 30  # the loop's untimed warm-up steps
+
+
+def window(steps: int) -> tuple[int, int]:
+    """Measured-step indexes a profiler window covers (opens after warm-up, 5 steps + close)."""
+    start = (steps + WARM) // 3 - WARM
+    return start, start + 6
+
+
+def run_once(script: Path, mode: str, steps: int, offline: str) -> dict[str, Any]:
+    """One fresh process in `mode`; its step times and final RSS."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PERF_AGENT_")}
+    env["OMP_NUM_THREADS"] = env.get("OMP_NUM_THREADS", "1")
+    if mode != "baseline":
+        from agent.config import load_settings
+        from agent.launcher import child_env
+
+        settings = load_settings(env={}, offline=offline)
+        env = child_env(settings, base=env)
+        env.update(MODES[mode])
+        env["PERF_AGENT_PROFILE_WARMUP_STEPS"] = str((steps + WARM) // 3)
+        env["PERF_AGENT_OFFLINE"] = offline
+    out = subprocess.run(
+        [sys.executable, str(script), str(steps)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def summarise(results: dict[str, list[dict[str, Any]]], steps: int) -> dict[str, Any]:
+    """Median step times, slowdown vs baseline, added RSS, profiler-window cost."""
+    medians = {m: [statistics.median(r["times"]) for r in rs] for m, rs in results.items()}
+    base = statistics.median(medians["baseline"])
+    base_rss = statistics.median(r["rss"] for r in results["baseline"])
+    summary: dict[str, Any] = {}
+    for mode, values in medians.items():
+        med = statistics.median(values)
+        rss = statistics.median(r["rss"] for r in results[mode])
+        summary[mode] = {
+            "runs": len(values),
+            "median_step_ms": round(med * 1e3, 4),
+            "slowdown_pct": round(100 * (med / base - 1), 3),
+            "rss_mb": round(rss / 2**20, 1),
+            "added_rss_mb": round((rss - base_rss) / 2**20, 1),
+        }
+    if results.get("profiler"):
+        lo, hi = window(steps)
+        inside = [t for r in results["profiler"] for t in r["times"][lo:hi]]
+        outside = [t for r in results["profiler"] for t in r["times"][hi + 5 :]]
+        summary["profiler"]["window_step_ms"] = round(statistics.median(inside) * 1e3, 3)
+        summary["profiler"]["window_total_extra_ms"] = round(
+            statistics.median(
+                sum(r["times"][lo:hi]) - (hi - lo) * statistics.median(r["times"][hi + 5 :])
+                for r in results["profiler"]
+            )
+            * 1e3,
+            1,
+        )
+        summary["profiler"]["outside_window_step_ms"] = round(statistics.median(outside) * 1e3, 4)
+    return summary
+
+
+MICRO = textwrap.dedent(
+    """
+    import json, time, torch
+    from torch.utils.data import DataLoader, TensorDataset
+    from torch.utils.data import dataloader as dl
+    import torch.optim.optimizer as optim_mod
+
+    def loop(n):
+        model = torch.nn.Linear(1, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.0)
+        loader = DataLoader(TensorDataset(torch.zeros(n, 1)), batch_size=1)
+        t0 = time.perf_counter()
+        for (x,) in loader:
+            opt.step()
+        return (time.perf_counter() - t0) / n
+
+    bare_next = dl._BaseDataLoaderIter.__next__
+    import agent
+    a = agent.attach(offline="OFFLINE", interval=3600, profile=False)
+    wrapped_next = dl._BaseDataLoaderIter.__next__
+    hook = a.patches._handles[0]
+    post_hook = next(iter(optim_mod._global_optimizer_post_hooks.values()))
+
+    def agent_on(on):
+        dl._BaseDataLoaderIter.__next__ = wrapped_next if on else bare_next
+        if on:
+            optim_mod._global_optimizer_post_hooks[hook.id] = post_hook
+        else:
+            optim_mod._global_optimizer_post_hooks.pop(hook.id, None)
+
+    n, off, on = 5000, [], []
+    loop(2000)
+    for _ in range(15):  # interleaved A/B; the minimum of each is the least disturbed
+        agent_on(False); off.append(loop(n))
+        agent_on(True); on.append(loop(n))
+    a._tick()  # first tick: NVML init, devices
+    ticks = []
+    for _ in range(50):
+        t0 = time.thread_time()
+        a._tick()
+        ticks.append(time.thread_time() - t0)
+    ticks.sort()
+    print(json.dumps({"per_step_us": (min(on) - min(off)) * 1e6, "bare_step_us": min(off) * 1e6,
+                      "tick_cpu_ms": ticks[len(ticks) // 2] * 1e3}))
+    """
+)
+
+
+def micro(tmp: str) -> dict[str, float]:
+    """Deterministic costs: agent work per step (hooks) and CPU per sampling tick."""
+    script = Path(tmp) / "micro.py"
+    script.write_text(MICRO.replace("OFFLINE", os.path.join(tmp, "micro-off")))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PERF_AGENT_")}
+    env["PYTHONPATH"] = str(ROOT)
+    env["OMP_NUM_THREADS"] = "1"
+    out = subprocess.run(
+        [sys.executable, str(script)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def bound(costs: dict[str, float], step_s: float, hz: float) -> float:
+    """Overhead bound in % of step time: per-step hook cost plus tick CPU at `hz`."""
+    return 100 * (costs["per_step_us"] * 1e-6 / step_s + costs["tick_cpu_ms"] * 1e-3 * hz)
+
+
+def main() -> int:
+    """Run the interleaved benchmark and print/write the summary."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--steps", type=int, default=400)
+    parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument("--micro-only", action="store_true", help="only the cost breakdown")
+    parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "agent_overhead.json"))
+    args = parser.parse_args()
+    modes = args.modes.split(",")
+    results: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
+    with tempfile.TemporaryDirectory() as tmp:
+        costs = micro(tmp)
+        print(json.dumps({"micro": costs}), file=sys.stderr, flush=True)
+        if args.micro_only:
+            return 0
+        script = Path(tmp) / "loop.py"
+        script.write_text(LOOP)
+        for round_ in range(args.runs):
+            order = modes[round_ % len(modes) :] + modes[: round_ % len(modes)]
+            for mode in order:
+                results[mode].append(run_once(script, mode, args.steps, os.path.join(tmp, "off")))
+            print(f"round {round_ + 1}/{args.runs} done", file=sys.stderr, flush=True)
+    summary = summarise(results, args.steps)
+    step_s = summary["baseline"]["median_step_ms"] / 1e3
+    summary["micro"] = {
+        **{k: round(v, 4) for k, v in costs.items()},
+        "bound_pct_1hz": round(bound(costs, step_s, 1.0), 4),
+        "bound_pct_10hz": round(bound(costs, step_s, 10.0), 4),
+    }
+    summary["config"] = {
+        "runs": args.runs,
+        "steps": args.steps,
+        "cpus": os.cpu_count(),
+        "loadavg": os.getloadavg(),
+    }
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(summary, indent=2) + "\n")
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
