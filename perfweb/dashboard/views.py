@@ -16,6 +16,7 @@ from agent.protocol import API_PREFIX
 from perfweb.dashboard import assets, presenters
 from perfweb.dashboard.panels import run_panels
 from perfweb.dashboard.timeline_rows import timeline_rows_config
+from perfweb.projects.selectors import project_list_for_user
 from perfweb.runs.selectors import run_detail as run_detail_row
 from perfweb.runs.selectors import run_get_for_user, run_list_for_user
 
@@ -26,16 +27,19 @@ RUNS_ON_PAGE = 100
 @login_required
 def runs_list(request: HttpRequest) -> HttpResponse:
     runs = run_list_for_user(user=request.user, limit=RUNS_ON_PAGE)
+    show_project = project_list_for_user(user=request.user).count() > 1
     return render(
         request,
         "dashboard/runs.html",
         {
             "runs": [presenters.with_command_line(run) for run in runs],
+            "show_project": show_project,
             "server_url": request.build_absolute_uri("/").rstrip("/"),
             "page_config": {
                 "api": f"{API_PREFIX}/runs",
                 "runUrl": reverse("dashboard:run", args=["RUN_ID"]),
                 "limit": RUNS_ON_PAGE,
+                "showProject": show_project,
             },
         },
     )

@@ -57,3 +57,20 @@ def test_it_polls_the_read_api_from_the_page(client: Client, owner: Any) -> None
     page = login(client, owner).get("/").content.decode()
     assert '"api": "/api/v1/runs"' in page
     assert "dashboard/js/runs.js" in page
+
+
+def test_it_names_each_runs_project_for_a_member_of_several(
+    client: Client, outsider: Any, token: str, vision_run: str, speech_run: str
+) -> None:
+    page = login(client, outsider).get("/").content.decode()
+    assert 'class="project"' not in page  # one project: no project names
+    assert '"showProject": false' in page
+
+    from perfweb.projects.models import Project
+    from perfweb.projects.services import membership_add
+
+    membership_add(project=Project.objects.get(name="vision"), user=outsider)
+    page = client.get("/").content.decode()
+    assert '<span class="project">speech</span>' in page
+    assert '<span class="project">vision</span>' in page
+    assert '"showProject": true' in page

@@ -13,7 +13,9 @@ window.PerfwebRuns = (function () {
     return (
       '<td><span class="status status-' + F.escapeHtml(run.status) + '" data-field="status">' + F.escapeHtml(run.status) + "</span></td>" +
       '<td class="run-name"><a href="' + runUrl(config, run.id) + '">' + F.escapeHtml(run.name || run.id) + "</a>" +
-      '<small title="' + F.escapeHtml(command) + '">' + F.escapeHtml(command) + "</small></td>" +
+      '<small title="' + F.escapeHtml(command) + '">' +
+      (config.showProject ? '<span class="project">' + F.escapeHtml(run.project) + "</span> · " : "") +
+      F.escapeHtml(command) + "</small></td>" +
       '<td data-field="host">' + F.escapeHtml(run.host || "—") + "</td>" +
       "<td><time>" + F.shortLocalTime(run.started_at) + "</time></td>" +
       '<td class="num" data-field="duration"></td><td class="num" data-field="steps"></td>' +
