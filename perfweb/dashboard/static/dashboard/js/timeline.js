@@ -77,13 +77,15 @@ window.PerfwebTimeline = (function () {
       const isStep = s.name === "step.duration";
       let name = deviceLabel(s.device);
       if (isStep || isWait) name = (isStep ? "step time" : "data wait") + (ranks.size > 1 ? " (" + name + ")" : "");
-      const color = isStep ? STEP_COLOR : isWait ? WAIT_COLOR : colorFor(s.device, i);
+      const manyRanks = (isStep || isWait) && ranks.size > 1;
+      let color = isStep ? STEP_COLOR : isWait ? WAIT_COLOR : colorFor(s.device, i);
+      if (manyRanks) color = colorFor(s.device, i); // one colour per rank; data wait dotted
       return {
         type: "scatter", mode: "lines", name: name, legend: legend, xaxis: "x", yaxis: axis,
         x: s.t.map(toAxis), y: scale.factor === 1 ? s.v : s.v.map(function (v) { return v * scale.factor; }),
         // A step's value holds from the previous step's end to its own end time ("vh").
-        line: { width: 1.5, color: color, shape: isStep || isWait ? "vh" : "linear" },
-        fill: isWait ? "tozeroy" : "none", fillcolor: isWait ? WAIT_COLOR + "40" : undefined,
+        line: { width: 1.5, color: color, shape: isStep || isWait ? "vh" : "linear", dash: manyRanks && isWait ? "dot" : "solid" },
+        fill: isWait && !manyRanks ? "tozeroy" : "none", fillcolor: isWait && !manyRanks ? WAIT_COLOR + "40" : undefined,
         hovertemplate: "%{y:.4~g} " + scale.unit + "<extra>" + name + "</extra>",
         meta: { device: s.device, metric: s.name, raw_count: s.raw_count, downsampled: s.downsampled },
       };
