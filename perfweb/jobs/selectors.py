@@ -95,6 +95,15 @@ def measured_gains_for_run(*, run: Run) -> dict[str, dict[str, Any]]:
     }
 
 
+def verified_gains_for_run(*, run: Run) -> dict[str, float]:
+    """`recommender.evidence.Evidence.verified_gains` for this run: finding id -> the gain
+    to rank by (the measured gain when verified, 0 when refuted)."""
+    return {
+        finding_id: max(0.0, v.measured_gain) if v.status == FixVerification.VERIFIED else 0.0
+        for finding_id, v in fix_verifications_for_run(run=run).items()
+    }
+
+
 def suggested_knobs(*, finding_id: str, knob_text: str = "", facts: dict | None = None) -> dict:
     """Concrete knob settings for a finding's fix (`num_workers=N` gets an N from the facts)."""
     name = FINDING_KNOBS.get(finding_id)

@@ -23,6 +23,7 @@ from django.utils import timezone
 from agent.abstats import FASTER, NO_DIFFERENCE, SLOWER
 from agent.knobs import FINDING_KNOBS, KnobError, validate_knobs
 from perfweb.jobs.models import FixVerification, Job, JobArm
+from perfweb.jobs.signals import fix_verification_changed
 from perfweb.projects.models import Membership, Project
 from perfweb.runs.models import Run
 
@@ -265,4 +266,7 @@ def fix_verification_update(*, job: Job) -> FixVerification | None:
             "ci_low": float(result["ci_low"]), "ci_high": float(result["ci_high"]),
         },
     )  # fmt: skip
+    fix_verification_changed.send(
+        sender=FixVerification, run=job.run, finding_id=finding_id, verification=verification
+    )
     return verification

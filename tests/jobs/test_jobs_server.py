@@ -12,7 +12,11 @@ from django.utils import timezone
 
 from perfweb.jobs import services
 from perfweb.jobs.models import FixVerification, Job, JobArm
-from perfweb.jobs.selectors import measured_gains_for_run, suggested_knobs
+from perfweb.jobs.selectors import (
+    measured_gains_for_run,
+    suggested_knobs,
+    verified_gains_for_run,
+)
 
 RESULT = {
     "baseline_step_s": 0.2, "candidate_step_s": 0.08, "speedup": 2.5, "ci_low": 2.2,
@@ -92,6 +96,7 @@ def test_progress_result_and_verification(
     assert verification.status == "verified" and verification.measured_gain == 0.6
     gains = measured_gains_for_run(run=run)
     assert gains["dataloader.num_workers"]["measured_gain"] == 0.6
+    assert verified_gains_for_run(run=run) == {"dataloader.num_workers": 0.6}
 
 
 def test_no_measurable_difference_refutes_the_fix(
@@ -106,6 +111,7 @@ def test_no_measurable_difference_refutes_the_fix(
     with django_capture_on_commit_callbacks(execute=True):
         _post(client, f"/api/v1/jobs/{claimed['id']}/result", body, token)
     assert FixVerification.objects.get(run=run).status == "refuted"
+    assert verified_gains_for_run(run=run) == {"dataloader.num_workers": 0.0}
 
 
 def test_a_bad_result_is_rejected_in_one_sentence(owner: Any, run: Any, token: str) -> None:
