@@ -198,27 +198,20 @@ def idle_memory_held(threshold: float, window: RunWindow) -> Verdict:
     default_threshold=0,
     default_window_minutes=10,
     fix_id="gpu.idle_memory_held",
-    metrics=("step.duration",),
+    metrics=(),  # reads the run's last step time instead of samples
 )
 def stalled(threshold: float, window: RunWindow) -> Verdict:
     """What: the run is alive (its agent reports) but no training step ended in the window.
     Why: a hung collective, a deadlocked DataLoader or an endless eval holds the GPUs.
     Fix: look at the process (py-spy dump), then at the last steps' timeline."""
-    steps = [t for (device, name), s in window.series.items()
-             if name == "step.duration" and device.startswith("rank:") for t in s.t]
-    if steps:
-        summary = f"{len(steps)} steps in the last {_minutes(window)} min"
-        return Verdict(holds=False, summary=summary)
-    if window.steps_total == 0:
+    if window.steps_total == 0 or window.last_step_at is None:
         return unknown("the run has recorded no step yet")
-    since = (
-        f"last step {_num(round((window.now - window.last_step_at) / 60, 1))} min ago"
-        if window.last_step_at is not None
-        else f"no step in the last {_minutes(window)} min"
-    )
+    quiet_min = _num(round((window.now - window.last_step_at) / 60, 1))
+    if window.now - window.last_step_at < window.window_s:
+        return Verdict(holds=False, summary=f"last step {quiet_min} min ago")
     return Verdict(
         holds=True,
-        summary=f"no step progress for {_minutes(window)} min ({since}, "
+        summary=f"no step progress for {_minutes(window)} min (last step {quiet_min} min ago, "
         f"{window.steps_total} steps so far)",
         numbers={"steps_total": window.steps_total, "last_step_at": window.last_step_at},
     )

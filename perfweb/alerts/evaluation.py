@@ -10,7 +10,7 @@ from __future__ import annotations
 import bisect
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from django.db import IntegrityError, transaction
@@ -30,7 +30,7 @@ from perfweb.alerts.notify import event_store
 from perfweb.alerts.why import top_finding_for_run
 from perfweb.runs.models import Run
 
-# Read with every rule: the why (input bound?) comes from the step timings.
+# Read for a run whose alert changes: the why (input bound?) comes from its step timings.
 WHY_METRICS = ("step.duration", "step.data_wait")
 
 Enqueue = Callable[[int, float], None]
@@ -65,15 +65,18 @@ def alerts_evaluate(*, now: datetime | None = None, enqueue: Enqueue | None = No
 def _evaluate_pairs(*, pairs: list[tuple[AlertRule, Run]], now: datetime,
                     enqueue: Enqueue | None) -> list[int]:
     longest = max(60 * rule.window_minutes for rule, _ in pairs)
-    names = {m for rule, _ in pairs for m in CONDITIONS[rule.kind].metrics} | set(WHY_METRICS)
+    names = {m for rule, _ in pairs for m in CONDITIONS[rule.kind].metrics}
     end = now.timestamp()
-    recent = samples.recent_samples(run_ids={run.id for _, run in pairs}, names=names,
-                                    start=end - longest, end=end)
+    run_ids = {run.id for _, run in pairs}
+    recent = samples.recent_samples(run_ids=run_ids, names=names, start=end - longest, end=end)
+    last_steps = (samples.last_sample_times(run_ids=run_ids, name="step.duration")
+                  if any(rule.kind == "stalled" for rule, _ in pairs) else {})
     alerts = {(a.rule_id, a.run_id): a for a in Alert.objects.filter(
         rule_id__in={rule.id for rule, _ in pairs}, run_id__in={run.id for _, run in pairs})}
     events = []
     for rule, run in pairs:
-        window = _window(rule=rule, run=run, series=recent.get(run.id, {}), end=end)
+        window = _window(rule=rule, run=run, series=recent.get(run.id, {}), end=end,
+                         last_step_at=last_steps.get(run.id))
         verdict = CONDITIONS[rule.kind].evaluate(rule.threshold, window)
         event = alert_observe(rule=rule, run=run, verdict=verdict, window=window, now=now,
                               enqueue=enqueue, alert=alerts.get((rule.id, run.id)))
@@ -83,18 +86,14 @@ def _evaluate_pairs(*, pairs: list[tuple[AlertRule, Run]], now: datetime,
 
 
 def _window(*, rule: AlertRule, run: Run, series: dict[tuple[str, str], Series],
-            end: float) -> RunWindow:
+            end: float, last_step_at: float | None) -> RunWindow:
     window_s = 60 * rule.window_minutes
     clipped = {key: _clip(s, start=end - window_s) for key, s in series.items()}
     baseline: list[float] = []
-    last_step_at = None
     if rule.kind == "step_regression":
         first = samples.first_samples(run_id=run.id, name="step.duration",
                                       limit=BASELINE_WARMUP_STEPS + BASELINE_STEPS)
         baseline = first[BASELINE_WARMUP_STEPS:]
-    if rule.kind == "stalled" and not any(n == "step.duration" and s.t
-                                          for (d, n), s in clipped.items()):
-        last_step_at = samples.last_sample_time(run_id=run.id, name="step.duration")
     finding = top_finding_for_run(run=run) if rule.kind == "finding_gain" else None
     return RunWindow(now=end, window_s=window_s, series=clipped, steps_total=run.step_count,
                      last_step_at=last_step_at, baseline_steps=baseline, finding=finding)
@@ -125,9 +124,18 @@ def alert_observe(*, rule: AlertRule, run: Run, verdict: Verdict, window: RunWin
         if alert.summary != verdict.summary[:500]:
             Alert.objects.filter(id=alert.id).update(summary=verdict.summary[:500])
         return None
-    finding = top_finding_for_run(run=run, window=window, verdict=verdict, kind=rule.kind)
+    finding = top_finding_for_run(run=run, window=_with_why_series(window, run=run),
+                                  verdict=verdict, kind=rule.kind)
     return event_store(alert=alert, kind=kind, to_state=to_state, summary=verdict.summary,
                        numbers=verdict.numbers, finding=finding, now=now, enqueue=enqueue)
+
+
+def _with_why_series(window: RunWindow, *, run: Run) -> RunWindow:
+    """The window plus the run's step timings, read only when a change needs its why."""
+    start = window.now - max(window.window_s, 60.0)
+    extra = samples.recent_samples(run_ids=[run.id], names=WHY_METRICS, start=start,
+                                   end=window.now).get(run.id, {})
+    return replace(window, series={**window.series, **extra})
 
 
 def _alert_get_or_create(*, rule: AlertRule, run: Run) -> Alert:

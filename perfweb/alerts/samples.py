@@ -11,6 +11,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 import numpy as np
+from django.db.models import Max
 
 from perfweb.alerts.conditions import Series
 from perfweb.series import codec
@@ -30,18 +31,33 @@ def recent_samples(
     }
     parts: dict[int, list[tuple[np.ndarray, np.ndarray]]] = defaultdict(list)
     chunks = Chunk.objects.filter(series_id__in=list(rows), t_max__gte=start, t_min__lte=end)
-    for series_id, blob, count in chunks.values_list("series_id", "data", "count").iterator():
-        t, v = codec.decode(blob=bytes(blob), count=count)
-        keep = (t >= start) & (t <= end)
-        parts[series_id].append((t[keep], v[keep]))
+    for series_id, blob, count in chunks.values_list("series_id", "data", "count").iterator(
+        chunk_size=2000
+    ):
+        parts[series_id].append(codec.decode(blob=bytes(blob), count=count))
     found: dict[int, dict[SeriesKey, Series]] = defaultdict(dict)
     for series_id, pieces in parts.items():
         t = np.concatenate([p[0] for p in pieces])
         v = np.concatenate([p[1] for p in pieces])
-        order = np.argsort(t, kind="stable")
+        keep = (t >= start) & (t <= end)
+        t, v = t[keep], v[keep]
+        if len(pieces) > 1:
+            order = np.argsort(t, kind="stable")
+            t, v = t[order], v[order]
         row = rows[series_id]
-        found[row.run_id][(row.device, row.name)] = Series(t=t[order].tolist(), v=v[order].tolist())
+        found[row.run_id][(row.device, row.name)] = Series(t=t.tolist(), v=v.tolist())
     return found
+
+
+def last_sample_times(*, run_ids: Iterable[int], name: str) -> dict[int, float]:
+    """{run id: when its latest sample of `name` was taken (any device)}, in one query."""
+    rows = (
+        Chunk.objects.filter(series__run_id__in=list(run_ids), series__name=name)
+        .values("series__run_id")
+        .annotate(latest=Max("t_max"))
+        .values_list("series__run_id", "latest")
+    )
+    return {run_id: float(latest) for run_id, latest in rows}
 
 
 def first_samples(*, run_id: int, name: str, limit: int) -> list[float]:
@@ -59,14 +75,3 @@ def first_samples(*, run_id: int, name: str, limit: int) -> list[float]:
         return []
     t, v = np.concatenate(t_all), np.concatenate(v_all)
     return v[np.argsort(t, kind="stable")][:limit].tolist()
-
-
-def last_sample_time(*, run_id: int, name: str) -> float | None:
-    """When the run's latest sample of `name` was taken (any device)."""
-    latest = (
-        Chunk.objects.filter(series__run_id=run_id, series__name=name)
-        .order_by("-t_max")
-        .values_list("t_max", flat=True)
-        .first()
-    )
-    return float(latest) if latest is not None else None
