@@ -12,7 +12,7 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_GET
 
-from agent.protocol import API_PREFIX
+from agent.protocol import API_PREFIX, RUN_STATUSES
 from perfweb.dashboard import assets, presenters
 from perfweb.dashboard.panels import run_panels
 from perfweb.dashboard.timeline_rows import timeline_rows_config
@@ -26,7 +26,9 @@ RUNS_ON_PAGE = 100
 @require_GET
 @login_required
 def runs_list(request: HttpRequest) -> HttpResponse:
-    runs = run_list_for_user(user=request.user, limit=RUNS_ON_PAGE)
+    status = request.GET.get("status")
+    status = status if status in RUN_STATUSES else None
+    runs = run_list_for_user(user=request.user, status=status, limit=RUNS_ON_PAGE)
     show_project = project_list_for_user(user=request.user).count() > 1
     return render(
         request,
@@ -34,12 +36,15 @@ def runs_list(request: HttpRequest) -> HttpResponse:
         {
             "runs": [presenters.with_command_line(run) for run in runs],
             "show_project": show_project,
+            "status": status,
+            "statuses": RUN_STATUSES,
             "server_url": request.build_absolute_uri("/").rstrip("/"),
             "page_config": {
                 "api": f"{API_PREFIX}/runs",
                 "runUrl": reverse("dashboard:run", args=["RUN_ID"]),
                 "limit": RUNS_ON_PAGE,
                 "showProject": show_project,
+                "status": status,
             },
         },
     )

@@ -74,3 +74,15 @@ def test_it_names_each_runs_project_for_a_member_of_several(
     assert '<span class="project">speech</span>' in page
     assert '<span class="project">vision</span>' in page
     assert '"showProject": true' in page
+
+
+def test_it_filters_runs_by_status(client: Client, owner: Any, token: str) -> None:
+    stream_run(token, run_id="ok-run-0001", name="the-good-one", finish_with=0)
+    stream_run(token, run_id="bad-run-0001", name="the-bad-one", finish_with=3)
+    login(client, owner)
+    failed = client.get("/", {"status": "failed"}).content.decode()
+    assert "the-bad-one" in failed and "the-good-one" not in failed
+    assert '"status": "failed"' in failed  # the live poll keeps the filter
+    assert "No running runs" in client.get("/", {"status": "running"}).content.decode()
+    everything = client.get("/", {"status": "bogus"}).content.decode()
+    assert "the-bad-one" in everything and "the-good-one" in everything

@@ -105,7 +105,7 @@ window.PerfwebRuns = (function () {
     let anyRunning = true;
     let runs = [];
     async function refresh() {
-      const data = await API.getJson(config.api, { limit: config.limit || 100 });
+      const data = await API.getJson(config.api, { limit: config.limit || 100, status: config.status });
       runs = data.runs || [];
       render(config, runs);
       anyRunning = runs.some(function (run) { return run.status === "running"; });
