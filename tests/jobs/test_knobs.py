@@ -149,3 +149,37 @@ def test_no_knobs_leaves_the_script_alone() -> None:
     assert seen["num_workers"] == 0 and seen["batch_size"] == 2
     assert seen["out_dtype"] == "torch.float32"
     assert seen["status"] == {}
+
+
+COMPILE_PROBE = textwrap.dedent(
+    """
+    import json, sys
+    from agent import knobs
+    knobs.apply_from_env()
+    import torch
+    from agent import knobs_torch
+
+    compiled = []
+    torch.compile = lambda fn, mode: compiled.append(mode) or fn  # no inductor in a unit test
+    model = torch.nn.Linear(4, 4)
+    if sys.argv[-1] == "dp":
+        model = torch.nn.DataParallel(model)
+    model(torch.zeros(2, 4))
+    model(torch.zeros(2, 4))
+    print(json.dumps({"compiled": compiled, "status": knobs_torch.status()}))
+    """
+)
+
+
+@pytest.mark.parametrize(("wrap", "expected"), [("plain", ["reduce-overhead"]), ("dp", [])])
+def test_compile_applies_once_to_the_model_where_safe(wrap: str, expected: list) -> None:
+    env = {**os.environ, "PERF_AGENT_KNOBS": "compile=reduce-overhead", "PYTHONPATH": str(REPO)}
+    done = subprocess.run(
+        [sys.executable, "-c", COMPILE_PROBE, wrap], env=env, capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["compiled"] == expected
+    state = seen["status"]["compile"]
+    assert state.startswith("applied") if expected else "DataParallel" in state
