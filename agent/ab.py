@@ -25,6 +25,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import IO
 
 from agent import abprobe, knobs
 from agent.abstats import Comparison, Round, compare
@@ -234,7 +235,7 @@ def _run_guarded(
     *,
     env: dict[str, str],
     cwd: str | None,
-    output: object,
+    output: IO[bytes],
     timeout_s: float,
     cancelled: threading.Event | None,
 ) -> int:

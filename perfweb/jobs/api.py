@@ -82,6 +82,7 @@ def result(body: dict[str, Any], *, project: Project, job: Job) -> HttpResponse:
 
 @runner_view
 def fail(body: dict[str, Any], *, project: Project, job: Job) -> HttpResponse:
-    reason = body.get("reason") if isinstance(body.get("reason"), str) else "failed"
+    raw = body.get("reason")
+    reason = raw if isinstance(raw, str) and raw.strip() else "failed"
     done = services.job_fail(job=job, claim_token=_text(body, "claim_token"), reason=reason)
     return json_response({"ok": True, "status": done.status})
