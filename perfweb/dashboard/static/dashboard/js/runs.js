@@ -4,7 +4,9 @@ window.PerfwebRuns = (function () {
   const F = window.PerfwebFormat;
   const API = window.PerfwebApi;
   const SPARK_POINTS = 60;
+  const SPARK_REFRESH_MS = 15000; // a running run's sparkline is redrawn at most this often
   const drawnFinal = new Set(); // runs whose sparkline is drawn and will not change any more
+  const drawnAt = new Map(); // run id -> when its sparkline was last drawn
 
   function runUrl(config, runId) { return config.runUrl.replace("RUN_ID", encodeURIComponent(runId)); }
 
@@ -93,8 +95,11 @@ window.PerfwebRuns = (function () {
       if (drawnFinal.has(run.id)) continue;
       const el = document.querySelector('[data-sparkline="' + CSS.escape(run.id) + '"]');
       if (!el) continue;
+      const fresh = Date.now() - (drawnAt.get(run.id) || 0) < SPARK_REFRESH_MS && el.dataset.points;
+      if (run.status === "running" && fresh) continue;
       try {
         await drawSparkline(config, el, run);
+        drawnAt.set(run.id, Date.now());
         if (run.status !== "running") drawnFinal.add(run.id);
       } catch (err) { console.warn(err); }
     }
