@@ -24,6 +24,7 @@ class Report:
     findings: list[Finding]
     run_id: str | None = None
     notes: list[str] = field(default_factory=list)
+    run: dict[str, Any] = field(default_factory=dict)  # the agent's step timings, summarised
 
     def as_json(self) -> dict[str, Any]:
         """The CLI's JSON document."""
@@ -37,6 +38,7 @@ class Report:
             ranks[key] = trace.as_json()
         return {
             "run_id": self.run_id,
+            "run": self.run,
             "ranks": ranks,
             "findings": [f.as_json() for f in self.findings],
             "notes": self.notes,
@@ -45,7 +47,26 @@ class Report:
 
 def analyze_evidence(evidence: RunEvidence, *, run_id: str | None = None) -> Report:
     """Diagnose already-gathered evidence (what the server-side adapter calls)."""
-    return Report(traces=evidence.traces, findings=diagnose(evidence), run_id=run_id)
+    return Report(
+        traces=evidence.traces,
+        findings=diagnose(evidence),
+        run_id=run_id,
+        run=_run_summary(evidence),
+    )
+
+
+def _run_summary(evidence: RunEvidence) -> dict[str, Any]:
+    """Step count, median step and data-wait share from the agent's step timings."""
+    if not evidence.steps:
+        return {}
+    waits = [s for s in evidence.steady_steps() if s.data_wait_s is not None]
+    total = sum(s.duration_s for s in waits)
+    return {
+        "steps": len(evidence.steps),
+        "ranks": len({s.rank for s in evidence.steps}),
+        "median_step_s": evidence.median_step_s(),
+        "data_wait_share": sum(s.data_wait_s or 0.0 for s in waits) / total if total else None,
+    }
 
 
 def analyze_path(path: str | Path) -> Report:

@@ -53,6 +53,14 @@ def render_text(report: Report) -> str:
     if report.run_id:
         lines.append(f"run {report.run_id}")
     lines += report.notes
+    if report.run:
+        run = report.run
+        wait = run.get("data_wait_share")
+        waiting = f", {wait:.0%} of it waiting for data" if wait is not None else ""
+        lines.append(
+            f"{run['steps']} steps timed by the agent on {run['ranks']} rank(s): "
+            f"median {run['median_step_s'] * 1e3:.1f} ms{waiting}"
+        )
     for trace in report.traces:
         lines += _rank_lines(trace)
     lines.append("")

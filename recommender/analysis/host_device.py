@@ -103,7 +103,7 @@ def sync_points(trace: RankTrace) -> dict[str, dict[str, float]]:
     return out
 
 
-def launch_stats(trace: RankTrace, launch_ts: np.ndarray) -> dict[str, float]:
+def launch_stats(trace: RankTrace, launch_ts: np.ndarray) -> dict[str, float | None]:
     """Kernel count, short-kernel share, median kernel and launch-delay times (µs)."""
     gpu = trace.gpu
     kernels = gpu.kind == KIND_KERNEL

@@ -336,9 +336,13 @@ def attention_fused(evidence: RunEvidence) -> Finding | None:
 
 
 def _memory_total(evidence: RunEvidence) -> float | None:
-    totals = [d.get("memory_total") for d in evidence.devices if d.get("kind") == "gpu"]
-    totals = [t for t in totals if isinstance(t, (int, float)) and t > 0]
-    return float(min(totals)) if totals else None
+    totals = [
+        float(d["memory_total"])
+        for d in evidence.devices
+        if d.get("kind") == "gpu" and isinstance(d.get("memory_total"), (int, float))
+    ]
+    totals = [t for t in totals if t > 0]
+    return min(totals) if totals else None
 
 
 def _peak_memory(evidence: RunEvidence) -> float | None:
