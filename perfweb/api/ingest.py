@@ -14,6 +14,7 @@ from perfweb.api.auth import token_required
 from perfweb.api.http import BadRequest, error_response, json_response, read_json
 from perfweb.projects.models import Project
 from perfweb.runs import services
+from perfweb.runs.batches import batch_store
 from perfweb.runs.fields import Invalid
 from perfweb.runs.models import Run
 from perfweb.runs.schemas import parse_batch, parse_finish, parse_heartbeat, parse_start
@@ -56,7 +57,7 @@ def start(body: Any, *, project: Project) -> HttpResponse:
 @ingest_view
 def batch(body: Any, *, project: Project) -> HttpResponse:
     request = parse_batch(body)
-    result = services.batch_store(project=project, request=request)
+    result = batch_store(project=project, request=request)
     run = Run(run_id=request.run_id, project=project)
     return _reply(
         run,

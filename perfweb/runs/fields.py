@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 LATEST_TIME = 4102444800.0  # 2100-01-01: anything later is not a Unix time in seconds
-_NUMBER_TYPES = frozenset({int, float})
+NUMBER_TYPES = frozenset({int, float})
 
 
 class Invalid(Exception):
@@ -77,7 +77,7 @@ def unix_time(
         if required:
             raise Invalid(f"{name} is missing")
         return None
-    if type(value) not in _NUMBER_TYPES or not math.isfinite(value):
+    if type(value) not in NUMBER_TYPES or not math.isfinite(value):
         raise Invalid(f"{name} is not a number")
     if not 0 <= value < LATEST_TIME:
         raise Invalid(f"{name} is not a Unix time in seconds")
@@ -103,7 +103,7 @@ def numbers(value: Any, path: str, *, integers: bool = False) -> np.ndarray:
     named only when there is one."""
     if not isinstance(value, list):
         raise Invalid(f"{path} is not an array")
-    allowed = frozenset({int}) if integers else _NUMBER_TYPES
+    allowed = frozenset({int}) if integers else NUMBER_TYPES
     if not set(map(type, value)) <= allowed:
         index = next(i for i, item in enumerate(value) if type(item) not in allowed)
         raise Invalid(f"{path}[{index}] is not {'an integer' if integers else 'a number'}")

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any
 
 import numpy as np
 
 from agent import protocol
 from perfweb.runs.fields import (
+    LATEST_TIME,
+    NUMBER_TYPES,
     Invalid,
     flat_dict,
     integer,
@@ -182,18 +185,51 @@ def _metrics(value: Any) -> list[Samples]:
         raise Invalid("metrics is not an array")
     if len(value) > MAX_SERIES_PER_BATCH:
         raise Invalid(f"metrics has more than {MAX_SERIES_PER_BATCH} entries")
-    samples = []
-    for i, item in enumerate(value):
-        path = f"metrics[{i}]."
-        item = obj(item, f"metrics[{i}]")
-        device = string(item, "device", path=path, pattern=protocol.DEVICE_RE)
-        name = string(item, "name", path=path, pattern=protocol.METRIC_NAME_RE)
-        t = times(item.get("t"), f"{path}t")
-        v = numbers(item.get("v"), f"{path}v")
-        same_length({"t": t, "v": v}, path)
-        assert device is not None and name is not None
-        samples.append(Samples(device=device, name=name, t=t, v=v))
-    return samples
+    keys = [
+        _series_key(obj(item, f"metrics[{i}]"), f"metrics[{i}].") for i, item in enumerate(value)
+    ]
+    arrays = _all_numbers(value) or [_series_numbers(item, i) for i, item in enumerate(value)]
+    return [
+        Samples(device=device, name=name, t=t, v=v)
+        for (device, name), (t, v) in zip(keys, arrays, strict=True)
+    ]
+
+
+def _series_key(item: dict[str, Any], path: str) -> tuple[str, str]:
+    device = string(item, "device", path=path, pattern=protocol.DEVICE_RE)
+    name = string(item, "name", path=path, pattern=protocol.METRIC_NAME_RE)
+    assert device is not None and name is not None
+    return device, name
+
+
+def _all_numbers(items: list[dict[str, Any]]) -> list[tuple[np.ndarray, np.ndarray]] | None:
+    """Every series' t and v, checked in one pass over the whole batch; None when anything
+    is off, and _series_numbers then finds and names the first bad entry."""
+    if not items:
+        return []
+    ts, vs = [item.get("t") for item in items], [item.get("v") for item in items]
+    pairs = zip(ts, vs, strict=True)
+    if not all(type(t) is list and type(v) is list and len(t) == len(v) for t, v in pairs):
+        return None
+    flat_t, flat_v = list(chain.from_iterable(ts)), list(chain.from_iterable(vs))
+    if not set(map(type, flat_t)) | set(map(type, flat_v)) <= NUMBER_TYPES:
+        return None
+    try:
+        t, v = np.array(flat_t, dtype=np.float64), np.array(flat_v, dtype=np.float64)
+    except OverflowError:
+        return None
+    if not (np.isfinite(v).all() and ((t >= 0) & (t < LATEST_TIME)).all()):
+        return None
+    bounds = np.cumsum([len(x) for x in ts])[:-1]
+    return list(zip(np.split(t, bounds), np.split(v, bounds), strict=True))
+
+
+def _series_numbers(item: dict[str, Any], i: int) -> tuple[np.ndarray, np.ndarray]:
+    path = f"metrics[{i}]."
+    t = times(item.get("t"), f"{path}t")
+    v = numbers(item.get("v"), f"{path}v")
+    same_length({"t": t, "v": v}, path)
+    return t, v
 
 
 def _steps(steps: dict[str, Any]) -> tuple[list[Samples], int]:

@@ -6,29 +6,18 @@ A lost run that reports again is running again; a finished or failed run stays s
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from django.db import IntegrityError, transaction
-from django.db.models import F
-from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from perfweb.projects.models import Project
-from perfweb.runs.models import BatchReceipt, Device, Run, RunProcess
-from perfweb.runs.schemas import BatchRequest, DeviceInfo, FinishRequest, StartRequest
-from perfweb.series.services import series_append
+from perfweb.runs.models import Device, Run, RunProcess
+from perfweb.runs.schemas import DeviceInfo, FinishRequest, StartRequest
 
 
 class RunNotFound(Exception):
     """No run with that run_id in the caller's project."""
-
-
-@dataclass(frozen=True)
-class BatchResult:
-    duplicate: bool
-    samples: int
-    steps: int
 
 
 def to_datetime(seconds: float) -> datetime:
@@ -114,58 +103,16 @@ def _run_merge(*, run: Run, request: StartRequest, now: datetime) -> None:
     run.save()
 
 
-def batch_store(*, project: Project, request: BatchRequest) -> BatchResult:
-    """Stores the batch once: its receipt and its data commit together or not at all."""
-    with transaction.atomic():
-        run = _run_for(project=project, run_id=request.run_id)
-        try:
-            with transaction.atomic():
-                BatchReceipt.objects.create(
-                    run=run,
-                    agent_id=request.agent_id,
-                    seq=request.seq,
-                    samples=request.sample_count,
-                )
-        except IntegrityError:
-            return BatchResult(duplicate=True, samples=0, steps=0)
-        series_append(run=run, samples=request.metrics + request.steps)
-        process = _process_seen(run=run, request=request)
-        _run_seen(run=run, facts=request.facts, step_count=process.step_count)
-        devices_upsert(run=run, devices=request.devices)
-    return BatchResult(duplicate=False, samples=request.sample_count, steps=request.step_count)
-
-
-def _process_seen(*, run: Run, request: BatchRequest) -> RunProcess:
-    now = timezone.now()
-    updated = RunProcess.objects.filter(run=run, agent_id=request.agent_id).update(
-        last_seen_at=now,
-        step_count=F("step_count") + request.step_count,
-        dropped=Greatest(F("dropped"), request.dropped),
-    )
-    if not updated:  # an agent whose start we never saw
-        RunProcess.objects.create(
-            run=run,
-            agent_id=request.agent_id,
-            role="worker",
-            started_at=now,
-            last_seen_at=now,
-            step_count=request.step_count,
-            dropped=request.dropped,
-        )
-    return RunProcess.objects.only("step_count").get(run=run, agent_id=request.agent_id)
-
-
-def _run_seen(*, run: Run, facts: dict[str, object] | None = None, step_count: int = 0) -> None:
-    changes: dict[str, object] = {
-        "last_seen_at": timezone.now(),
-        "step_count": Greatest(F("step_count"), step_count),
-    }
-    if facts:
-        # The run row is locked (select_for_update in _run_for), so this read-merge-write
-        # does not lose another process's facts.
-        changes["facts"] = {**Run.objects.values_list("facts", flat=True).get(id=run.id), **facts}
-    Run.objects.filter(id=run.id).update(**changes)
+def _run_seen(*, run: Run) -> None:
+    Run.objects.filter(id=run.id).update(last_seen_at=timezone.now())
     Run.objects.filter(id=run.id, status=Run.LOST).update(status=Run.RUNNING)
+
+
+def run_facts_merge(*, run_pk: int, facts: dict[str, object]) -> None:
+    """Merges facts into the run's (later wins). Call with the run's row locked, so that
+    this read-merge-write loses no other process's facts."""
+    current = Run.objects.values_list("facts", flat=True).get(id=run_pk)
+    Run.objects.filter(id=run_pk).update(facts={**current, **facts})
 
 
 def _run_for(*, project: Project, run_id: str) -> Run:

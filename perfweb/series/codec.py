@@ -24,16 +24,17 @@ import numpy as np
 CHUNK_SAMPLES = 8192  # samples per compacted chunk
 FINE_BUCKET = 64  # rollup_fine: min and max of every 64 samples
 COARSE_BUCKET = 1024  # rollup_coarse: of every 1024
-PLAIN = 0  # ingest's format: the float64s as they are, lightly compressed (cheapest to write)
+PLAIN = 0  # ingest's format: the float64s as they are (cheapest to write)
 PACKED = 1  # compaction's format: transformed as above, then compressed hard
 XOR_VALUES = 255  # the values byte when values are XORed instead of scaled
 MAX_DECIMALS = 6
 
 
 def encode_plain(*, t: np.ndarray, v: np.ndarray) -> bytes:
-    """Sorted float64 arrays of equal length, for a batch's small chunk: fast to write,
-    rewritten packed by compaction."""
-    return bytes((PLAIN, 0)) + zlib.compress(t.tobytes() + v.tobytes(), 1)
+    """Sorted float64 arrays of equal length, for a batch's small chunk: as they are, since
+    even zlib's fastest level costs more than the rest of a batch's work; compaction rewrites
+    them packed within a minute or so."""
+    return bytes((PLAIN, 0)) + t.astype("<f8").tobytes() + v.astype("<f8").tobytes()
 
 
 def encode(*, t: np.ndarray, v: np.ndarray, level: int = 6) -> bytes:
@@ -46,10 +47,10 @@ def encode(*, t: np.ndarray, v: np.ndarray, level: int = 6) -> bytes:
 
 
 def decode(*, blob: bytes, count: int) -> tuple[np.ndarray, np.ndarray]:
-    raw = zlib.decompress(memoryview(blob)[2:])
     if blob[0] == PLAIN:
-        both = np.frombuffer(raw, dtype=np.float64)
+        both = np.frombuffer(blob, dtype="<f8", offset=2)
         return both[:count], both[count:]
+    raw = zlib.decompress(memoryview(blob)[2:])
     decimals = blob[1]
     second_difference = _unshuffle(raw[: 8 * count], count)
     value_words = _unshuffle(raw[8 * count :], count)

@@ -220,7 +220,7 @@ def test_it_stores_nothing_when_storing_fails_half_way(
     def explode(**kwargs: Any) -> None:
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr("perfweb.runs.services.devices_upsert", explode)
+    monkeypatch.setattr("perfweb.runs.batches.devices_upsert", explode)
     with pytest.raises(RuntimeError):
         started.batch()
     assert_nothing_stored()
