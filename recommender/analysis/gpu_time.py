@@ -182,8 +182,20 @@ def idle_breakdown(gpu: GpuEvents, trace: RankTrace) -> dict[str, dict[str, dict
             cause: {
                 "us": round(sums[cause], 3),
                 "ratio": round(sums[cause] / stream_total, 4) if stream_total else 0.0,
-                "count": int(causes[cause].size),
+                **_interval_stats(causes[cause]),
             }
             for cause in IDLE_CATEGORIES
         }
     return out
+
+
+def _interval_stats(gaps: np.ndarray) -> dict[str, float]:
+    """Count, mean, median and max of idle intervals (µs), as HTA's interval statistics."""
+    if gaps.size == 0:
+        return {"count": 0}
+    return {
+        "count": int(gaps.size),
+        "mean_us": round(float(gaps.mean()), 3),
+        "median_us": round(float(np.median(gaps)), 3),
+        "max_us": round(float(gaps.max()), 3),
+    }

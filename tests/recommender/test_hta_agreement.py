@@ -125,3 +125,20 @@ def _hta_runs_for(peer: Path) -> list[dict]:
     for name in ("trace_filter.json", "other_traces.json"):
         runs += json.loads((peer / "hta-0.5.0-results" / name).read_text())["runs"]
     return runs
+
+
+def test_it_agrees_with_hta_on_idle_interval_statistics(peer: Path) -> None:
+    hta_run = next(r for r in _hta_runs_for(peer) if r["trace_dir"] == "hta/trace_filter")
+    stats = {
+        (row["rank"], str(row["stream"]), row["idle_category"]): row
+        for row in hta_run["results"]["idle"][1]
+    }
+    for trace in _traces(peer, "hta/trace_filter"):
+        ours = gpu_time.idle_breakdown(gpu_time.analysis_window(trace), trace)
+        for (rank, stream, cause), row in stats.items():
+            if rank != trace.rank:
+                continue
+            mine = ours[stream][cause]
+            assert mine["count"] == row["count"]
+            if row["count"]:
+                assert mine["max_us"] == row["max"] and mine["median_us"] == row["50%"]
