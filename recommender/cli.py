@@ -1,12 +1,14 @@
 """Command line: `python -m recommender analyze PATH [--format text|json]`.
 
 Bad input (not JSON, not a trace, a truncated gzip, a missing path) prints one line on
-stderr and exits with code 2; never a traceback.
+stderr and exits with code 2; never a traceback (set PERFWEB_DEBUG=1 to see one for input
+that trips an unexpected error).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 import orjson
@@ -42,6 +44,13 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     except MemoryError:
         print(f"error: {args.path}: not enough memory to analyse it", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except Exception as exc:  # noqa: BLE001 - the promise is one line, never a traceback
+        if os.environ.get("PERFWEB_DEBUG"):
+            raise
+        print(
+            f"error: {args.path}: cannot analyse it ({type(exc).__name__}: {exc})", file=sys.stderr
+        )
         return EXIT_BAD_INPUT
     if args.format == "json":
         sys.stdout.buffer.write(

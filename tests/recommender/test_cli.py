@@ -101,3 +101,17 @@ def test_it_prints_a_readable_text_report(peer: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert "rank 1" in result.stdout and "idle 46.1%" in result.stdout
     assert "Findings, best first:" in result.stdout
+
+
+def test_a_trace_cut_anywhere_gives_one_line_and_exit_2(
+    tmp_path: Path, peer: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from recommender.cli import main
+
+    whole = gzip.decompress((peer / "hta" / "trace_filter" / "sampled_rank-0.json.gz").read_bytes())
+    for fraction in (0.001, 0.25, 0.5, 0.999):
+        cut = tmp_path / f"cut-{fraction}.json"
+        cut.write_bytes(whole[: int(len(whole) * fraction)])
+        assert main(["analyze", str(cut)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("error: ")
