@@ -107,7 +107,10 @@ def alerts_due_reminder(*, now: datetime) -> list[Alert]:
 
 
 def deliveries_due(*, now: datetime, claimed_before: datetime, limit: int = 500) -> list[int]:
-    """Deliveries neither done nor stopped, due now, unclaimed or with an expired claim."""
+    """Deliveries neither done nor stopped whose message the broker seems to have lost (due
+    since before `claimed_before` and never taken) or whose worker died (claim older than
+    `claimed_before`). Fresh ones are left to the message already queued for them."""
     pending = Delivery.objects.filter(delivered_at=None, failed_at=None, due_at__lte=now)
-    unclaimed = pending.filter(claimed_at=None) | pending.filter(claimed_at__lt=claimed_before)
-    return list(unclaimed.order_by("due_at").values_list("id", flat=True)[:limit])
+    lost = pending.filter(claimed_at=None, due_at__lt=claimed_before)
+    dead = pending.filter(claimed_at__lt=claimed_before)
+    return list((lost | dead).order_by("due_at").values_list("id", flat=True)[:limit])

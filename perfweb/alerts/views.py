@@ -12,7 +12,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from perfweb.alerts import selectors, services
+from perfweb.alerts import conf, selectors, services
 from perfweb.alerts.channels import CHANNELS
 from perfweb.alerts.conditions import CONDITIONS
 from perfweb.alerts.forms import ChannelForm, RuleForm, SnoozeForm, config_form
@@ -37,7 +37,6 @@ def index(request: HttpRequest) -> HttpResponse:
 @login_required
 def project_alerts(request: HttpRequest, project_id: int) -> HttpResponse:
     project = selectors.project_get_for_user(user=request.user, project_id=project_id)
-    services.rules_ensure_defaults(project=project)
     channels = [(c, selectors.attempt_list(channel=c, limit=1).first())
                 for c in selectors.channel_list(project=project)]
     new_channel_forms = [
@@ -54,6 +53,7 @@ def project_alerts(request: HttpRequest, project_id: int) -> HttpResponse:
         "rule_form": RuleForm(),
         "new_channel_forms": new_channel_forms,
         "conditions": CONDITIONS,
+        "interval_s": conf.evaluation_interval(),
     })
 
 

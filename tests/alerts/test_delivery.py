@@ -152,3 +152,13 @@ def test_it_sends_email_through_djangos_mail_settings(project: Any, owner: Any) 
     assert len(mail.outbox) == 1
     assert mail.outbox[0].to == ["oncall@example.com"]
     assert mail.outbox[0].subject.startswith("[TEST]")
+
+
+def test_it_resends_a_message_the_broker_lost_but_not_a_fresh_one(project: Any,
+                                                                   owner: Any) -> None:
+    channel = channel_for(project, url="http://127.0.0.1:9/hook")
+    fresh = queued_test_message(channel, owner)
+    lost = queued_test_message(channel, owner)
+    Delivery.objects.filter(id=lost).update(due_at=timezone.now() - timedelta(minutes=5))
+    assert deliveries_sweep(now=timezone.now(), enqueue=lambda i, d: None) == [lost]
+    assert fresh != lost

@@ -173,3 +173,20 @@ def test_it_fires_stalled_for_a_run_whose_steps_stopped(project: Any) -> None:
                 device="rank:0")
     tick()
     assert "last step 20 min ago" in AlertEvent.objects.get().summary
+
+
+def test_it_gives_projects_from_before_the_alerts_app_their_default_rules(owner: Any) -> None:
+    from importlib import import_module
+
+    from django.apps import apps
+
+    from perfweb.projects.models import Project
+
+    old = Project.objects.create(name="legacy")
+    AlertRule.objects.filter(project=old).delete()  # as if created before the app existed
+    import_module("perfweb.alerts.migrations.0002_default_rules_for_existing_projects") \
+        .add_defaults(apps, None)
+    rules = AlertRule.objects.filter(project=old)
+    assert rules.filter(kind="low_utilization", enabled=True, threshold=30,
+                        window_minutes=5).exists()
+    assert rules.count() == 6
