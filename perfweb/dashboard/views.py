@@ -67,7 +67,7 @@ def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
                 "api": f"{API_PREFIX}/runs/{run.run_id}",
                 "runId": run.run_id,
                 "status": row["status"],
-            "gpus": row["gpus"],
+                "gpus": row["gpus"],
                 "rows": timeline_rows_config(),
             },
         },
