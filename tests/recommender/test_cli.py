@@ -115,3 +115,14 @@ def test_a_trace_cut_anywhere_gives_one_line_and_exit_2(
         assert main(["analyze", str(cut)]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("error: ")
+
+
+def test_every_peer_trace_is_analysed_without_error(peer: Path) -> None:
+    from recommender.api import analyze_path
+
+    files = sorted((peer / "hta").rglob("*.json.gz"))
+    assert len(files) >= 15
+    for path in files:
+        report = analyze_path(path)
+        assert len(report.traces) == 1
+        json.dumps(report.as_json())  # JSON-serialisable as it is
