@@ -37,6 +37,7 @@ class ProfilerWindows:
         self._next_time: float | None = None  # None: waiting for warm-up
         self._ready: list[tuple[str, str]] = []  # (name, exported file) for the agent thread
         self.windows = 0
+        self.scheduled = True  # False: only on-demand windows (e.g. the server has no traces)
         agent.timer.listeners.append(self.on_step)
 
     # ------------------------------------------------------------------ requests
@@ -62,6 +63,8 @@ class ProfilerWindows:
             requested, self._requested = self._requested, None
         if requested:
             return requested
+        if not self.scheduled:
+            return 0
         now = self._clock()
         if self._next_time is None:
             if step >= self.settings.profile_warmup_steps:

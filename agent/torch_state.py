@@ -118,6 +118,9 @@ def _cuda_facts(torch: Any) -> dict[str, Any]:
     }
     major, minor = cuda.get_device_capability(index)
     facts["cuda.capability"] = f"{major}.{minor}"
+    local_rank = os.environ.get("LOCAL_RANK", "")
+    if local_rank.isdigit():  # LOCAL_RANK must pick the device, or two ranks share one GPU
+        facts["distributed.local_rank_matches_device"] = int(local_rank) == index
     return facts
 
 

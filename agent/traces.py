@@ -77,6 +77,8 @@ def deliver(agent: Any, name: str, data: bytes) -> str:
     if reply.ok:
         return "uploaded"
     folder = sender.outbox.spill_folder
+    if reply.status == 404 and agent.profiler is not None:
+        agent.profiler.scheduled = False  # no trace endpoint: keep this one, schedule no more
     if folder is None:
         return f"dropped ({reply.status})"
     say_once(

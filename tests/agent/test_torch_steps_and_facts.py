@@ -38,13 +38,15 @@ data = TensorDataset(torch.randn(96, 8), torch.randn(96, 1))
 loader = DataLoader(data, batch_size=8, num_workers=2, pin_memory=False, prefetch_factor=3)
 model = nn.DataParallel(nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1)))
 opt = torch.optim.Adam(model.parameters())
+scaler = torch.amp.GradScaler("cpu")
 torch.backends.cudnn.benchmark = True
 for x, y in loader:
     opt.zero_grad()
     with torch.autocast("cpu", dtype=torch.bfloat16):
         loss = nn.functional.mse_loss(model(x).float(), y)
-    loss.backward()
-    opt.step()
+    scaler.scale(loss).backward()
+    scaler.step(opt)
+    scaler.update()
     torch.cuda.empty_cache()
     torch.cuda.empty_cache()
 print("steps", len(loader))
@@ -94,6 +96,11 @@ def test_facts_name_dataparallel_loader_settings_amp_and_empty_cache_per_step(
     assert facts["amp.autocast"] is True
     assert facts["amp.autocast_dtype"] == "torch.bfloat16"
     assert facts["cudnn.benchmark"] is True
+    assert facts["amp.grad_scaler"] is True and facts["amp.scaler_steps"] == 12
+    assert facts["amp.scaler_updates"] == 12
+    assert facts["amp.scaler_step_without_update"] is False
+    assert len(server.store.starts) == 2  # launcher + script: DataLoader workers stay silent
+    assert server.store.metric("workers", "process.rss")
     assert facts["cuda.initialized"] is False  # the agent never initialises CUDA
     assert facts["torch.version"].startswith("2.")
     assert facts["threads.omp_num_threads"] == "1"
