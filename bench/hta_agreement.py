@@ -19,7 +19,15 @@ from recommender.analysis import gpu_time  # noqa: E402
 from recommender.analysis.hta_compat import hta_rounded  # noqa: E402
 from recommender.trace.loader import load_traces  # noqa: E402
 
-PEER = Path(__file__).resolve().parents[2] / "shared" / "peer-traces"
+_REPO = Path(__file__).resolve().parents[1]
+PEER = next(
+    (
+        p
+        for p in (_REPO.parent / "shared" / "peer-traces", _REPO / "shared" / "peer-traces")
+        if p.is_dir()
+    ),
+    _REPO.parent / "shared" / "peer-traces",
+)
 
 
 def _runs() -> list[dict]:
