@@ -21,7 +21,7 @@ import sys
 import threading
 from typing import Any
 
-from agent.log import log
+from agent.log import log as _log
 
 __all__ = ["attach", "step", "shutdown", "current"]
 
@@ -63,7 +63,7 @@ def attach(
                 interval=interval, **options,
             )
             if not settings.online and not settings.offline:
-                log.warning("attach: no server and no offline directory given; agent not started")
+                _log.warning("attach: no server and no offline directory given; agent not started")
                 return None
             agent = Agent(settings)
             agent.start()
@@ -72,7 +72,7 @@ def attach(
                 _track_exit_code()
             return agent
     except Exception as exc:  # noqa: BLE001 - a guest never breaks its host
-        log.warning("attach failed (%s); the script goes on without the agent", exc)
+        _log.warning("attach failed (%s); the script goes on without the agent", exc)
         return None
 
 
@@ -90,7 +90,7 @@ def shutdown(exit_code: int | None = None, deadline_s: float | None = None) -> N
         try:
             agent.close(exit_code if exit_code is not None else _exit_code, deadline_s)
         except Exception as exc:  # noqa: BLE001
-            log.warning("shutdown failed: %s", exc)
+            _log.warning("shutdown failed: %s", exc)
 
 
 def _after_fork_in_child() -> None:
@@ -105,7 +105,7 @@ def _track_exit_code() -> None:
     """Standalone scripts: learn the exit code from sys.exit and uncaught exceptions."""
     original_exit, original_hook = sys.exit, sys.excepthook
 
-    def exit(code: Any = None) -> None:
+    def exit(code: Any = None) -> None:  # type: ignore[misc]
         global _exit_code
         _exit_code = code if isinstance(code, int) else (0 if code is None else 1)
         _set_exit_code(_exit_code)
@@ -115,7 +115,7 @@ def _track_exit_code() -> None:
         _set_exit_code(1)
         original_hook(kind, value, tb)
 
-    sys.exit = exit
+    sys.exit = exit  # type: ignore[assignment]
     sys.excepthook = excepthook
 
 

@@ -7,7 +7,6 @@ import sys
 
 from agent.config import ENV_DISABLE, ENV_LAUNCHED
 
-
 TORCHRUN_MODULES = ("torch.distributed.run", "torch.distributed.launch")
 
 

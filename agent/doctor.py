@@ -7,6 +7,7 @@ import platform
 from collections.abc import Callable
 
 from agent import transport
+from agent.log import silence
 from agent.nvml import NvmlCollector, Query
 
 RUNS_PATH = "/api/v1/runs?limit=1"
@@ -14,9 +15,7 @@ RUNS_PATH = "/api/v1/runs?limit=1"
 
 def nvml_lines(query: Query | None = None) -> list[str]:
     """NVML and its GPUs."""
-    from agent import log as agent_log
-
-    agent_log._said.update({"no-nvml", "no-gpu"})  # doctor says it in its own words
+    silence("no-nvml", "no-gpu")  # doctor says it in its own words
     nvml = NvmlCollector(query)
     if not nvml.is_available():
         return [f"NVML: not available ({nvml.error}); GPU metrics off, the rest works"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
@@ -48,10 +49,8 @@ class _AfterImport(importlib.abc.MetaPathFinder):
         return spec
 
     def remove(self) -> None:
-        try:
+        with contextlib.suppress(ValueError):
             sys.meta_path.remove(self)
-        except ValueError:
-            pass
 
 
 def when_imported(name: str, callback: Callable[[ModuleType], None]) -> Callable[[], None]:

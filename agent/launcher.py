@@ -8,6 +8,7 @@ signals, and ends the run (`finish`, final, with the command's exit code), which
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -58,10 +59,8 @@ def _install_forwarding(child: subprocess.Popen[bytes]) -> dict[int, object]:
         name = signal.Signals(signum).name
         if name in TERMINAL_SIGNALS and _terminal_signalled_group():
             return  # the child got it from the terminal already; do not double it
-        try:
+        with contextlib.suppress(ProcessLookupError):
             child.send_signal(signum)
-        except ProcessLookupError:
-            pass
 
     for name in FORWARDED:
         signum = getattr(signal, name, None)

@@ -10,6 +10,7 @@ DIR/<run_id>/<agent_id>/traces/<name>.pt.trace.json.gz
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
@@ -59,10 +60,8 @@ def write_atomic(path: str, data: bytes) -> None:
             handle.write(data)
         os.replace(tmp, path)
     except BaseException:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
-        except OSError:
-            pass
         raise
 
 

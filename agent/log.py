@@ -30,4 +30,9 @@ def say_once(key: str, message: str, *args: object, level: int = logging.WARNING
     log.log(level, message, *args)
 
 
+def silence(*keys: str) -> None:
+    """Mark `keys` as already said (a caller that reports the same thing its own way)."""
+    _said.update(keys)
+
+
 _configure()

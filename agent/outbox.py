@@ -7,6 +7,7 @@ queue is always the oldest undelivered envelope: a replay after an outage is in 
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections import deque
 
@@ -85,10 +86,8 @@ class Outbox:
         self._disk_bytes -= size
         if dropped:
             self.dropped_samples += samples
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(path)
-        except OSError:
-            pass
 
     def _spill(self, envelope: Envelope) -> None:
         if self.spill_folder is None:

@@ -9,6 +9,7 @@ size-checked and shipped by the agent thread (`poll`). Off with PERF_AGENT_PROFI
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import os
 import tempfile
@@ -115,10 +116,8 @@ class ProfilerWindows:
             try:
                 self._ship(name, path)
             finally:
-                try:
+                with contextlib.suppress(OSError):
                     os.unlink(path)
-                except OSError:
-                    pass
 
     def _ship(self, name: str, path: str) -> None:
         facts = self.agent.sender.facts
@@ -140,8 +139,6 @@ class ProfilerWindows:
         """At exit: end an open window (its trace is dropped) and ship what is ready."""
         profile, self._profile = self._profile, None
         if profile is not None:
-            try:
+            with contextlib.suppress(Exception):
                 profile.__exit__(None, None, None)
-            except Exception:  # noqa: BLE001
-                pass
         self.poll()

@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from agent import importhook, protocol, transport
+from agent import importhook, protocol, torch_state, transport
 from agent.config import Settings
 from agent.log import log, say_once
 from agent.nvml import NvmlCollector, Query
@@ -20,7 +20,6 @@ from agent.process import ProcessCollector, ProcessSource
 from agent.sender import PostFn, Sender
 from agent.steps import StepTimer
 from agent.torch_patches import Counters, TorchPatches
-from agent import torch_state
 
 FACTS_EVERY_TICKS = 5
 TORCHRUN_MAINS = ("torch.distributed.run", "torch.distributed.launch")

@@ -79,7 +79,7 @@ class StepTimer:
         self._last = now
         self._wait = 0.0
         for listener in self.listeners:
-            try:
+            try:  # noqa: SIM105 - hot path: a plain try is cheaper than contextlib.suppress
                 listener(self.index)
             except Exception:  # noqa: BLE001 - never raise into the training loop
                 pass

@@ -61,7 +61,10 @@ def plan(root: str) -> list[str]:
     """Every file to send, in order."""
     folders = find_agent_dirs(root)
     folders.sort(key=lambda f: (_role(f) != protocol.ROLE_LAUNCHER, f))
-    starts, batches, finishes, finals = [], [], [], []
+    starts: list[str] = []
+    batches: list[str] = []
+    finishes: list[str] = []
+    finals: list[str] = []
     for folder in folders:
         for path in layout.list_agent_files(folder):
             name = os.path.basename(path)

@@ -1,6 +1,6 @@
 """The agent's overhead on a CPU training loop: with and without it, interleaved.
 
-    python bench/agent_overhead.py [--runs 10] [--steps 400] [--out bench/results/agent_overhead.json]
+    python bench/agent_overhead.py [--runs 10] [--steps 400] [--out FILE.json]
 
 Each run is a fresh Python process running the same loop (MLP, DataLoader over tensors,
 AdamW; every step timed by the agent's optimizer hook and DataLoader wrapper). Modes:

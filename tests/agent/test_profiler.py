@@ -14,7 +14,10 @@ from tests.agent.fakeserver import TOKEN, FakeServer
 
 TRAIN = """
 import sys, time, torch, agent
-kwargs = dict(offline=sys.argv[1]) if sys.argv[1] != "-" else dict(server=sys.argv[2], token=sys.argv[3])
+if sys.argv[1] != "-":
+    kwargs = dict(offline=sys.argv[1])
+else:
+    kwargs = dict(server=sys.argv[2], token=sys.argv[3])
 agent.attach(interval=0.05, flush_interval=0.1, profile=True, profile_warmup_steps=int(sys.argv[4]),
              profile_steps=2, profile_every_s=3600, **kwargs)
 model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))

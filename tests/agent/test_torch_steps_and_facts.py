@@ -70,7 +70,7 @@ def test_a_slow_dataset_without_workers_shows_most_of_each_step_as_data_wait(
     assert (result.returncode, result.stdout) == (0, "ok\n")
     steps = server.store.step_columns()
     assert steps["index"] == list(range(16))
-    for duration, wait in zip(steps["duration"][1:], steps["data_wait"][1:]):
+    for duration, wait in zip(steps["duration"][1:], steps["data_wait"][1:], strict=True):
         assert 0.035 <= duration < 1.0
         assert wait / duration > 0.7
     facts = server.store.facts()
