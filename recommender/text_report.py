@@ -15,6 +15,16 @@ def _rank_lines(trace: TraceSummary) -> list[str]:
         f"idle {t['idle_pct']:.1f}%  compute {t['compute_pct']:.1f}%  "
         f"non-compute {t['non_compute_pct']:.1f}%",
     ]
+    causes = _idle_causes(trace)
+    if causes:
+        lines.append(f"  idle time by cause (all streams): {causes}")
+    kinds = ", ".join(
+        f"{label.lower()} {row['pct']:.1f}%"
+        for label, row in trace.kernel_breakdown.items()
+        if row["pct"] >= 0.5
+    )
+    if kinds:
+        lines.append(f"  GPU busy time: {kinds}")
     if trace.comm_comp_overlap_pct is not None:
         lines.append(f"  communication overlapped by compute: {trace.comm_comp_overlap_pct:.1f}%")
     if trace.steps:
@@ -22,6 +32,17 @@ def _rank_lines(trace: TraceSummary) -> list[str]:
         shares = ", ".join(f"{k} {v:.0%}" for k, v in trace.step_shares.items() if v >= 0.005)
         lines.append(f"  {len(trace.steps)} steps, mean {mean / 1e3:.1f} ms: {shares}")
     return lines
+
+
+def _idle_causes(trace: TraceSummary) -> str:
+    totals = {"host_wait": 0.0, "kernel_wait": 0.0, "other": 0.0}
+    for stream in trace.idle_breakdown.values():
+        for cause, row in stream.items():
+            totals[cause] += row["us"]
+    idle = sum(totals.values())
+    if idle <= 0:
+        return ""
+    return ", ".join(f"{cause.replace('_', ' ')} {us / idle:.0%}" for cause, us in totals.items())
 
 
 def _finding_lines(position: int, finding: Finding) -> list[str]:
