@@ -32,16 +32,22 @@ _FRACTIONAL_TS = re.compile(rb'"ts":( ?)(\d{12,})\.\d')
 _KEEP_DIGITS = 10  # digits kept after the cut: < 1e10 µs, float64-exact to ~1e-6 µs
 _SNIFF_BYTES = 4 * 1024 * 1024
 _READ_CHUNK = 256 * 1024  # compressed bytes per inflate call
+_REPLACE_WINDOW = 32 * 1024 * 1024  # bytes rewritten at a time by the timestamp cut
 _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 
 
-def read_bytes(path: Path) -> bytes | bytearray:
-    """The file's bytes, gunzipped when it is gzip; InputError when unreadable or truncated."""
+def read_bytes(path: Path) -> bytearray:
+    """The file's bytes, gunzipped when it is gzip; InputError when unreadable or truncated.
+
+    A mutable buffer, so the timestamp cut can work in place.
+    """
     try:
         with path.open("rb") as handle:
             if handle.read(2) != b"\x1f\x8b":
+                buffer = bytearray(os.fstat(handle.fileno()).st_size)
                 handle.seek(0)
-                return handle.read()
+                del buffer[handle.readinto(buffer) :]
+                return buffer
             return _gunzip(handle, path)
     except OSError as exc:
         raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
@@ -76,19 +82,40 @@ def _gunzip(handle: BinaryIO, path: Path) -> bytearray:
     return out
 
 
-def _cut_timestamp_prefix(data: bytes | bytearray) -> tuple[bytes | bytearray, float, bool]:
-    """Remove the shared leading digits of fractional timestamps; returns (data, base_us, cut)."""
+def _cut_timestamp_prefix(data: bytearray) -> tuple[float, bool]:
+    """Remove the shared leading digits of fractional timestamps, in place: (base_us, cut)."""
     match = _FRACTIONAL_TS.search(data, 0, _SNIFF_BYTES)
     if match is None:
-        return data, 0.0, False
+        return 0.0, False
     digits = match.group(2)
-    prefix = digits[: len(digits) - _KEEP_DIGITS]
+    prefix = bytes(digits[: len(digits) - _KEEP_DIGITS])
     base_us = float(int(prefix) * 10**_KEEP_DIGITS)
-    data = data.replace(b'"ts": ' + prefix, b'"ts": ').replace(b'"ts":' + prefix, b'"ts":')
-    return data, base_us, True
+    _replace_in_place(data, [(b'"ts": ' + prefix, b'"ts": '), (b'"ts":' + prefix, b'"ts":')])
+    return base_us, True
 
 
-def _parse(data: bytes | bytearray, path: Path) -> dict:
+def _replace_in_place(data: bytearray, pairs: list[tuple[bytes, bytes]]) -> None:
+    """bytes.replace for shrinking replacements, window by window, without a second full copy.
+
+    Windows end just after a `}`: no pattern (which holds none) can straddle two windows.
+    """
+    read = write = 0
+    size = len(data)
+    while read < size:
+        end = min(size, read + _REPLACE_WINDOW)
+        if end < size:
+            brace = data.rfind(b"}", read, end)
+            end = brace + 1 if brace >= read else size
+        piece = bytes(data[read:end])
+        for old, new in pairs:
+            piece = piece.replace(old, new)
+        data[write : write + len(piece)] = piece  # shrinking: never overtakes `read`
+        write += len(piece)
+        read = end
+    del data[write:]
+
+
+def _parse(data: bytearray, path: Path) -> dict:
     try:
         document = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
@@ -118,7 +145,7 @@ def _compute_capability(document: dict) -> tuple[int, int] | None:
     return None
 
 
-def _walk(data: bytes | bytearray, path: Path, sink: EventSink) -> dict[str, Any]:
+def _walk(data: bytearray, path: Path, sink: EventSink) -> dict[str, Any]:
     """Feed every event to the sink; returns the document's metadata we use.
 
     The events are first split as raw JSON slices (no objects built), then decoded one at a
@@ -146,7 +173,7 @@ def _walk(data: bytes | bytearray, path: Path, sink: EventSink) -> dict[str, Any
     }
 
 
-def _walk_generic(data: bytes | bytearray, path: Path, sink: EventSink) -> dict[str, Any]:
+def _walk_generic(data: bytearray, path: Path, sink: EventSink) -> dict[str, Any]:
     document = _parse(data, path)
     for event in document["traceEvents"]:
         if isinstance(event, dict):
@@ -157,7 +184,8 @@ def _walk_generic(data: bytes | bytearray, path: Path, sink: EventSink) -> dict[
 def load_trace(path: str | Path, *, fallback_rank: int = 0) -> RankTrace:
     """Load one Kineto trace file (plain or gzipped JSON) into a `RankTrace`."""
     path = Path(path)
-    data, base_us, cut = _cut_timestamp_prefix(read_bytes(path))
+    data = read_bytes(path)
+    base_us, cut = _cut_timestamp_prefix(data)
     sink = EventSink(base_us=base_us, prefix_cut=cut)
     meta = _walk(data, path, sink)
     del data

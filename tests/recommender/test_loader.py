@@ -95,3 +95,22 @@ def test_it_keeps_nanosecond_digits_of_large_timestamps(tmp_path: Path) -> None:
 def test_it_refuses_an_empty_directory(tmp_path: Path) -> None:
     with pytest.raises(InputError):
         load_traces(tmp_path)
+
+
+def test_the_in_place_timestamp_cut_equals_a_plain_replace(monkeypatch: pytest.MonkeyPatch) -> None:
+    from recommender.trace import loader
+
+    events = [
+        {"ph": "X", "ts": 1712195495519689.047 + i, "dur": 1.5, "name": "k" * (i % 7)}
+        for i in range(300)
+    ]
+    text = json.dumps({"traceEvents": events}).encode()
+    pairs = [(b'"ts": 171219', b'"ts": '), (b'"ts":171219', b'"ts":')]
+    expected = text
+    for old, new in pairs:
+        expected = expected.replace(old, new)
+    for window in (37, 64, 1000, 10**6):
+        monkeypatch.setattr(loader, "_REPLACE_WINDOW", window)
+        data = bytearray(text)
+        loader._replace_in_place(data, pairs)
+        assert bytes(data) == expected
