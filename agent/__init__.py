@@ -68,8 +68,7 @@ def attach(
             agent = Agent(settings)
             agent.start()
             _agent = agent
-            if not settings.launched:
-                _track_exit_code()
+            _track_exit_code()
             return agent
     except Exception as exc:  # noqa: BLE001 - a guest never breaks its host
         _log.warning("attach failed (%s); the script goes on without the agent", exc)
@@ -102,7 +101,10 @@ def _after_fork_in_child() -> None:
 
 
 def _track_exit_code() -> None:
-    """Standalone scripts: learn the exit code from sys.exit and uncaught exceptions."""
+    """Learn the script's exit code from sys.exit and uncaught exceptions, for `finish`.
+
+    (A bare `raise SystemExit(n)` is invisible from inside; the launcher still knows it.)
+    """
     original_exit, original_hook = sys.exit, sys.excepthook
 
     def exit(code: Any = None) -> None:  # type: ignore[misc]

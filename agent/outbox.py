@@ -81,6 +81,14 @@ class Outbox:
         while len(self):
             self.pop(delivered=False)
 
+    def remove_empty_folders(self) -> None:
+        """Remove this agent's spill folder (and its run folder) if nothing is left in them."""
+        if self.spill_folder is None:
+            return
+        for folder in (self.spill_folder, os.path.dirname(self.spill_folder)):
+            with contextlib.suppress(OSError):
+                os.rmdir(folder)  # fails, harmlessly, when not empty or not there
+
     def _forget_disk_head(self, *, dropped: bool) -> None:
         path, size, samples = self._disk.popleft()
         self._disk_bytes -= size

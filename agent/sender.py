@@ -309,7 +309,9 @@ class Sender:
                     break
                 time.sleep(wait)
             self._deliver(until=deadline)
-        if len(self.outbox) and not self._disabled:
+        if not len(self.outbox):
+            self.outbox.remove_empty_folders()
+        elif not self._disabled:
             self.outbox.spill_all()
             folder = self.outbox.spill_folder
             log.warning(

@@ -112,3 +112,19 @@ def test_it_logs_one_line_without_nvml_and_keeps_process_metrics(
     assert len(nvml_lines) == 1, result.stderr
     assert server.store.metric("process", "process.rss")
     assert server.store.facts()["nvml.available"] is False
+
+
+def test_without_psutil_and_pynvml_it_runs_on_the_standard_library(
+    tmp_path: Path, server: FakeServer, agent_env: dict[str, str]
+) -> None:
+    hidden = tmp_path / "hidden"
+    hidden.mkdir()
+    for name in ("psutil", "pynvml"):
+        (hidden / f"{name}.py").write_text(f"raise ImportError('{name} hidden by the test')\n")
+    script = write_script(tmp_path, "import time\ntime.sleep(0.8)\nprint('fine')\n")
+    env = {**agent_env, "PYTHONPATH": f"{hidden}:{agent_env['PYTHONPATH']}"}
+    result = attach([*online(server), "--", sys.executable, str(script)], env)
+    assert (result.returncode, result.stdout) == (0, "fine\n")
+    assert "psutil not installed" in result.stderr
+    assert "pynvml hidden" in result.stderr  # the one NVML line says why
+    assert server.store.metric("process", "process.rss")
