@@ -158,9 +158,13 @@ def load_settings(env: Mapping[str, str] | None = None, **overrides: Any) -> Set
     clean = {k: v for k, v in overrides.items() if v is not None}
     if "tags" in clean:
         clean["tags"] = {**settings.tags, **parse_tags(clean["tags"])}
-    if "offline" in clean:
-        clean["offline"] = os.fspath(clean["offline"])
-    return replace(settings, **clean)
+    settings = replace(settings, **clean)
+    # absolute, so that a script that changes directory still writes where it was told
+    if settings.offline:
+        settings = replace(settings, offline=os.path.abspath(os.fspath(settings.offline)))
+    if settings.spill_dir:
+        settings = replace(settings, spill_dir=os.path.abspath(settings.spill_dir))
+    return settings
 
 
 def settings_env(settings: Settings) -> dict[str, str]:
