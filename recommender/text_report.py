@@ -9,12 +9,15 @@ from recommender.rules.base import Finding
 
 def _rank_lines(trace: TraceSummary) -> list[str]:
     t = trace.temporal.as_dict()
-    lines = [
-        f"rank {trace.rank}  ({trace.source})",
-        f"  GPU time over the kernel span ({t['kernel_span_us'] / 1e3:.1f} ms): "
-        f"idle {t['idle_pct']:.1f}%  compute {t['compute_pct']:.1f}%  "
-        f"non-compute {t['non_compute_pct']:.1f}%",
-    ]
+    lines = [f"rank {trace.rank}  ({trace.source})"]
+    if t["kernel_span_us"] > 0:
+        lines.append(
+            f"  GPU time over the kernel span ({t['kernel_span_us'] / 1e3:.1f} ms): "
+            f"idle {t['idle_pct']:.1f}%  compute {t['compute_pct']:.1f}%  "
+            f"non-compute {t['non_compute_pct']:.1f}%"
+        )
+    else:
+        lines.append("  no GPU activity in this trace")
     causes = _idle_causes(trace)
     if causes:
         lines.append(f"  idle time by cause (all streams): {causes}")
