@@ -62,6 +62,7 @@ class Alert(models.Model):
     state = models.CharField(max_length=10, choices=STATES, default=OK)
     changed_at = models.DateTimeField(null=True, blank=True)
     summary = models.CharField(max_length=500, blank=True)  # the latest verdict, for the page
+    why = models.CharField(max_length=300, blank=True)  # the top diagnosis when it fired
     last_notified_at = models.DateTimeField(null=True, blank=True)  # firing or reminder
     acknowledged_at = models.DateTimeField(null=True, blank=True)
     acknowledged_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,

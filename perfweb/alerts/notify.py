@@ -31,8 +31,9 @@ def event_store(*, alert: Alert, kind: str, to_state: str, summary: str,
     caller moved it first."""
     suppressed = bool(alert.snoozed_until and alert.snoozed_until > now)
     with transaction.atomic():
-        if not _move(alert=alert, kind=kind, to_state=to_state, summary=summary, now=now,
-                     suppressed=suppressed):
+        why = finding.title if finding is not None else ""
+        if not _move(alert=alert, kind=kind, to_state=to_state, summary=summary, why=why,
+                     now=now, suppressed=suppressed):
             return None
         payload = message_build(alert=alert, kind=kind, to_state=to_state, summary=summary,
                                 numbers=numbers, finding=finding, at=now)
@@ -45,7 +46,7 @@ def event_store(*, alert: Alert, kind: str, to_state: str, summary: str,
     return event
 
 
-def _move(*, alert: Alert, kind: str, to_state: str, summary: str, now: datetime,
+def _move(*, alert: Alert, kind: str, to_state: str, summary: str, why: str, now: datetime,
           suppressed: bool) -> bool:
     notified = None if suppressed else now
     if kind == AlertEvent.REMINDER:
@@ -56,7 +57,7 @@ def _move(*, alert: Alert, kind: str, to_state: str, summary: str, now: datetime
     changes: dict[str, Any] = {"state": to_state, "changed_at": now, "summary": summary[:500]}
     if to_state == Alert.FIRING:
         changes |= {"last_notified_at": notified, "acknowledged_at": None,
-                    "acknowledged_by": None}
+                    "acknowledged_by": None, "why": why[:300]}
     return rows.update(**changes) == 1
 
 

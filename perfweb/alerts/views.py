@@ -10,6 +10,7 @@ from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from perfweb.alerts import conf, selectors, services
@@ -54,6 +55,7 @@ def project_alerts(request: HttpRequest, project_id: int) -> HttpResponse:
         "new_channel_forms": new_channel_forms,
         "conditions": CONDITIONS,
         "interval_s": conf.evaluation_interval(),
+        "now": timezone.now(),
     })
 
 

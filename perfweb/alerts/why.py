@@ -93,5 +93,11 @@ def _from_condition(*, kind: str, window: RunWindow, verdict: Verdict | None) ->
     if "mean_utilization" in numbers:
         idle = 100 - numbers["mean_utilization"]
         title = f"GPU idle {idle:.0f}% of the last {window.window_s / 60:g} min"
+    elif kind == "idle_memory_held":
+        title = "idle GPU holding memory: the job is hung, waiting, or done but still alive"
+    elif kind == "stalled":
+        title = "no training progress: a hung collective, a deadlocked DataLoader, or a long eval"
+    elif kind == "throttling":
+        title = "clocks throttled: every kernel runs slower than the hardware can"
     return Finding(fix_id=CONDITIONS[kind].fix_id, title=title, gain=gain,
                    evidence="derived from the alert's metric window")

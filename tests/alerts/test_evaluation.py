@@ -151,6 +151,7 @@ def test_it_fires_idle_memory_held_with_the_why(project: Any, channel: Any) -> N
     event = AlertEvent.objects.get()
     assert "holding 40 GiB" in event.summary
     assert event.payload["why"]["fix_id"] == "gpu.idle_memory_held"
+    assert Alert.objects.get().why.startswith("idle GPU holding memory")
 
 
 def test_it_says_input_bound_when_the_loop_waits_on_data(project: Any, channel: Any,
