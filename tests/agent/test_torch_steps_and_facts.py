@@ -115,3 +115,40 @@ def test_agent_step_marks_steps_in_a_loop_without_optimizer(
     assert result.returncode == 0, result.stderr
     assert server.store.steps() == [0, 1, 2, 3, 4]
     assert server.store.facts()["training.backward"] is False
+
+
+DDP = """
+import socket, torch, torch.distributed as dist
+from torch import nn
+with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+model = nn.parallel.DistributedDataParallel(nn.Linear(4, 1), find_unused_parameters=True)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range(4):
+    opt.zero_grad()
+    model(torch.randn(8, 4)).sum().backward()
+    opt.step()
+    try:
+        torch.cuda.synchronize()  # a CPU build raises; the call still counts
+    except Exception:
+        pass
+dist.destroy_process_group()
+"""
+
+
+def test_ddp_backend_init_method_find_unused_and_synchronize_per_step(
+    tmp_path: Path, server: FakeServer, agent_env: dict[str, str]
+) -> None:
+    script = write_script(tmp_path, DDP)
+    result = attach([*online(server), "--", sys.executable, str(script)], agent_env)
+    assert result.returncode == 0, result.stderr
+    facts = server.store.facts()
+    assert facts["parallel.mode"] == "ddp"
+    assert facts["ddp.find_unused_parameters"] is True
+    assert facts["distributed.backend"] == "gloo"
+    assert facts["distributed.init_method"].startswith("tcp://127.0.0.1:")
+    assert facts["distributed.world_size"] == 1
+    assert facts["cuda.synchronize_calls"] == 4
+    assert facts["cuda.synchronize_per_step"] == 1.0
