@@ -5,7 +5,14 @@ from __future__ import annotations
 import logging
 
 from recommender.evidence import RunEvidence
-from recommender.rules import cpu, data_path, distributed, operator, system  # noqa: F401 (registers)
+from recommender.rules import (  # noqa: F401 (importing registers the rules)
+    cpu,
+    data_path,
+    distributed,
+    memory,
+    operator,
+    system,
+)
 from recommender.rules.base import REGISTRY, Finding, rank_findings
 
 log = logging.getLogger(__name__)

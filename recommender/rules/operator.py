@@ -25,9 +25,6 @@ CONV_SHARE_MIN = 0.2  # convolution share of kernel time
 CUDNN_AUTOTUNE_GAIN = 0.2  # typical share of conv time cudnn.benchmark saves
 ATTENTION_SHARE_MIN = 0.1  # softmax + batched GEMM share of kernel time
 FUSED_ATTENTION_GAIN = 0.5  # share of that time a fused attention kernel saves
-LOW_UTILIZATION_PCT = 50.0  # GPU utilisation below this leaves room for a larger batch
-MEMORY_HEADROOM_MAX = 0.5  # peak memory / device memory below this leaves room
-OOM_RISK_SHARE = 0.9  # peak memory / device memory above this risks OOM
 
 
 def _gpu_busy_share(trace: TraceSummary) -> float:
@@ -46,51 +43,56 @@ def launch_overhead(evidence: RunEvidence) -> Finding | None:
     larger batch so each operator does more work.
     """
     for trace in evidence.traces:
-        launch = trace.launch
-        if launch.get("kernels", 0) >= 50:
-            idle_pct = trace.temporal.pct(trace.temporal.idle_us)
-            host_wait = trace.host_wait_share()
-            short = launch.get("short_kernel_share", 0.0)
-            if short < SHORT_KERNEL_SHARE_MIN or host_wait < HOST_WAIT_SHARE_MIN:
-                continue
-            if idle_pct < IDLE_PCT_MIN:
-                continue
-            gain = idle_pct / 100 * host_wait * GRAPH_RECOVERABLE
-            return _launch_finding(
-                title=f"{short:.0%} of kernels are under 10 µs; the GPU waits on the host",
-                gain=gain,
-                basis=f"host-wait idle ({idle_pct * host_wait:.1f}% of GPU time) x "
-                f"{GRAPH_RECOVERABLE:.0%} removable by graphs/fusion",
-                evidence=[
-                    Evidence("kernels under 10 µs", short, "fraction", f"trace rank {trace.rank}"),
-                    Evidence("GPU idle", idle_pct, "% of kernel span", "trace"),
-                    Evidence("idle that is host wait", host_wait, "fraction", "trace"),
-                ],
-            )
-        ops = trace.cpu_ops
-        if (
-            launch.get("kernels", 0) == 0
-            and ops.get("ops_per_step", 0) >= CPU_OPS_PER_STEP_MIN
-            and 0 < ops.get("median_op_us", 0) <= CPU_OP_MEDIAN_MAX_US
-        ):
-            step_us = trace.mean_step_us or 0.0
-            overhead = ops["ops_per_step"] * DISPATCH_OVERHEAD_US
-            gain = min(0.8, overhead / step_us) if step_us else 0.0
-            return _launch_finding(
-                title=f"{ops['ops_per_step']:.0f} tiny operators per step "
-                f"(median {ops['median_op_us']:.1f} µs)",
-                gain=gain,
-                basis=f"{DISPATCH_OVERHEAD_US:g} µs framework overhead per operator x "
-                "operators per step, over the mean step time",
-                evidence=[
-                    Evidence(
-                        "operators per step", ops["ops_per_step"], "ops", f"trace rank {trace.rank}"
-                    ),
-                    Evidence("median operator time", ops["median_op_us"], "µs", "trace"),
-                    Evidence("mean step time", step_us, "µs", "trace"),
-                ],
-            )
+        found = _gpu_launch_bound(trace) or _cpu_dispatch_bound(trace)
+        if found is not None:
+            return found
     return _tiny_steps(evidence)
+
+
+def _gpu_launch_bound(trace: TraceSummary) -> Finding | None:
+    """Many sub-10 µs kernels and a GPU idling mostly on host wait."""
+    launch = trace.launch
+    if launch.get("kernels", 0) < 50:
+        return None
+    idle_pct = trace.temporal.pct(trace.temporal.idle_us)
+    host_wait = trace.host_wait_share()
+    short = launch.get("short_kernel_share") or 0.0
+    if short < SHORT_KERNEL_SHARE_MIN or host_wait < HOST_WAIT_SHARE_MIN or idle_pct < IDLE_PCT_MIN:
+        return None
+    return _launch_finding(
+        title=f"{short:.0%} of kernels are under 10 µs; the GPU waits on the host",
+        gain=idle_pct / 100 * host_wait * GRAPH_RECOVERABLE,
+        basis=f"host-wait idle ({idle_pct * host_wait:.1f}% of GPU time) x "
+        f"{GRAPH_RECOVERABLE:.0%} removable by graphs/fusion",
+        evidence=[
+            Evidence("kernels under 10 µs", short, "fraction", f"trace rank {trace.rank}"),
+            Evidence("GPU idle", idle_pct, "% of kernel span", "trace"),
+            Evidence("idle that is host wait", host_wait, "fraction", "trace"),
+        ],
+    )
+
+
+def _cpu_dispatch_bound(trace: TraceSummary) -> Finding | None:
+    """A CPU-only trace with many tiny operators per step."""
+    ops = trace.cpu_ops
+    if trace.launch.get("kernels", 0) or ops.get("ops_per_step", 0) < CPU_OPS_PER_STEP_MIN:
+        return None
+    if not 0 < ops.get("median_op_us", 0) <= CPU_OP_MEDIAN_MAX_US:
+        return None
+    step_us = trace.mean_step_us or 0.0
+    overhead = ops["ops_per_step"] * DISPATCH_OVERHEAD_US
+    return _launch_finding(
+        title=f"{ops['ops_per_step']:.0f} tiny operators per step "
+        f"(median {ops['median_op_us']:.1f} µs)",
+        gain=min(0.8, overhead / step_us) if step_us else 0.0,
+        basis=f"{DISPATCH_OVERHEAD_US:g} µs framework overhead per operator x "
+        "operators per step, over the mean step time",
+        evidence=[
+            Evidence("operators per step", ops["ops_per_step"], "ops", f"trace rank {trace.rank}"),
+            Evidence("median operator time", ops["median_op_us"], "µs", "trace"),
+            Evidence("mean step time", step_us, "µs", "trace"),
+        ],
+    )
 
 
 def _tiny_steps(evidence: RunEvidence) -> Finding | None:
@@ -333,81 +335,3 @@ def attention_fused(evidence: RunEvidence) -> Finding | None:
             ),
         )
     return None
-
-
-def _memory_total(evidence: RunEvidence) -> float | None:
-    totals = [
-        float(d["memory_total"])
-        for d in evidence.devices
-        if d.get("kind") == "gpu" and isinstance(d.get("memory_total"), (int, float))
-    ]
-    totals = [t for t in totals if t > 0]
-    return min(totals) if totals else None
-
-
-def _peak_memory(evidence: RunEvidence) -> float | None:
-    values = evidence.values("torch.cuda_peak") or evidence.values("gpu.memory_used")
-    return max(values) if values else None
-
-
-@rule("batch.increase", risk="operator")
-def batch_increase(evidence: RunEvidence) -> Finding | None:
-    """What: the GPU is mostly idle and most of its memory is unused.
-
-    Why: small batches leave the GPU's parallelism unused and pay per-step fixed costs (launch,
-    optimizer, synchronisation) more often per sample.
-
-    Fix: raise the batch size (and the learning rate with it), or accumulate gradients.
-    """
-    utilization = evidence.values("gpu.utilization")
-    total, peak = _memory_total(evidence), _peak_memory(evidence)
-    if len(utilization) < 5 or total is None or peak is None:
-        return None
-    util = sorted(utilization)[len(utilization) // 2]
-    headroom = peak / total
-    if util >= LOW_UTILIZATION_PCT or headroom >= MEMORY_HEADROOM_MAX:
-        return None
-    return finding(
-        "batch.increase",
-        title=f"GPU {util:.0f}% busy using {headroom:.0%} of its memory",
-        confidence=0.5,
-        gain=(1 - util / 100) * 0.3,
-        basis="30% of the GPU's idle share (prior for a 2x batch)",
-        evidence=[
-            Evidence("GPU utilisation (median)", util, "%", "metrics"),
-            Evidence("peak memory / device memory", headroom, "fraction", "metrics"),
-        ],
-        fix=Fix(
-            text="Double the batch size while memory allows; scale the learning rate.",
-            snippet="DataLoader(dataset, batch_size=2 * batch_size, ...)",
-            knob="batch_size=N",
-        ),
-    )
-
-
-@rule("memory.oom_risk", risk="operator")
-def memory_oom_risk(evidence: RunEvidence) -> Finding | None:
-    """What: peak GPU memory above 90% of the device.
-
-    Why: a slightly longer sequence or a fragmented allocator then ends the run with an
-    out-of-memory error.
-
-    Fix: activation checkpointing, autocast (halves activations) or a smaller micro-batch
-    with gradient accumulation.
-    """
-    total, peak = _memory_total(evidence), _peak_memory(evidence)
-    if total is None or peak is None or peak / total < OOM_RISK_SHARE:
-        return None
-    return finding(
-        "memory.oom_risk",
-        title=f"Peak GPU memory at {peak / total:.0%} of the device",
-        confidence=0.8,
-        gain=0.0,
-        basis="risk of failure, not speed: no time estimate",
-        evidence=[Evidence("peak memory / device memory", peak / total, "fraction", "metrics")],
-        fix=Fix(
-            text="Reduce activation memory.",
-            snippet="from torch.utils.checkpoint import checkpoint\n"
-            "y = checkpoint(block, x, use_reentrant=False)",
-        ),
-    )

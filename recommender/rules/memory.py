@@ -1,0 +1,89 @@
+"""Operator rules about GPU memory: room for a larger batch, and the risk of running out."""
+
+from __future__ import annotations
+
+from recommender.evidence import RunEvidence
+from recommender.rules.base import Evidence, Finding, Fix, finding, rule
+
+LOW_UTILIZATION_PCT = 50.0  # GPU utilisation below this leaves room for a larger batch
+MEMORY_HEADROOM_MAX = 0.5  # peak memory / device memory below this leaves room
+OOM_RISK_SHARE = 0.9  # peak memory / device memory above this risks OOM
+LARGER_BATCH_RECOVERABLE = 0.3  # share of the GPU's idle time a 2x batch recovers (prior)
+
+
+def _memory_total(evidence: RunEvidence) -> float | None:
+    totals = [
+        float(d["memory_total"])
+        for d in evidence.devices
+        if d.get("kind") == "gpu" and isinstance(d.get("memory_total"), (int, float))
+    ]
+    totals = [t for t in totals if t > 0]
+    return min(totals) if totals else None
+
+
+def _peak_memory(evidence: RunEvidence) -> float | None:
+    values = evidence.values("torch.cuda_peak") or evidence.values("gpu.memory_used")
+    return max(values) if values else None
+
+
+@rule("batch.increase", risk="operator")
+def batch_increase(evidence: RunEvidence) -> Finding | None:
+    """What: the GPU is mostly idle and most of its memory is unused.
+
+    Why: small batches leave the GPU's parallelism unused and pay per-step fixed costs (launch,
+    optimizer, synchronisation) more often per sample.
+
+    Fix: raise the batch size (and the learning rate with it), or accumulate gradients.
+    """
+    utilization = evidence.values("gpu.utilization")
+    total, peak = _memory_total(evidence), _peak_memory(evidence)
+    if len(utilization) < 5 or total is None or peak is None:
+        return None
+    util = sorted(utilization)[len(utilization) // 2]
+    headroom = peak / total
+    if util >= LOW_UTILIZATION_PCT or headroom >= MEMORY_HEADROOM_MAX:
+        return None
+    return finding(
+        "batch.increase",
+        title=f"GPU {util:.0f}% busy using {headroom:.0%} of its memory",
+        confidence=0.5,
+        gain=(1 - util / 100) * LARGER_BATCH_RECOVERABLE,
+        basis=f"{LARGER_BATCH_RECOVERABLE:.0%} of the GPU's idle share (prior for a 2x batch)",
+        evidence=[
+            Evidence("GPU utilisation (median)", util, "%", "metrics"),
+            Evidence("peak memory / device memory", headroom, "fraction", "metrics"),
+        ],
+        fix=Fix(
+            text="Double the batch size while memory allows; scale the learning rate.",
+            snippet="DataLoader(dataset, batch_size=2 * batch_size, ...)",
+            knob="batch_size=N",
+        ),
+    )
+
+
+@rule("memory.oom_risk", risk="operator")
+def memory_oom_risk(evidence: RunEvidence) -> Finding | None:
+    """What: peak GPU memory above 90% of the device.
+
+    Why: a slightly longer sequence or a fragmented allocator then ends the run with an
+    out-of-memory error.
+
+    Fix: activation checkpointing, autocast (halves activations) or a smaller micro-batch
+    with gradient accumulation.
+    """
+    total, peak = _memory_total(evidence), _peak_memory(evidence)
+    if total is None or peak is None or peak / total < OOM_RISK_SHARE:
+        return None
+    return finding(
+        "memory.oom_risk",
+        title=f"Peak GPU memory at {peak / total:.0%} of the device",
+        confidence=0.8,
+        gain=0.0,
+        basis="risk of failure, not speed: no time estimate",
+        evidence=[Evidence("peak memory / device memory", peak / total, "fraction", "metrics")],
+        fix=Fix(
+            text="Reduce activation memory.",
+            snippet="from torch.utils.checkpoint import checkpoint\n"
+            "y = checkpoint(block, x, use_reentrant=False)",
+        ),
+    )
