@@ -128,3 +128,48 @@ def test_without_psutil_and_pynvml_it_runs_on_the_standard_library(
     assert "psutil not installed" in result.stderr
     assert "pynvml hidden" in result.stderr  # the one NVML line says why
     assert server.store.metric("process", "process.rss")
+
+
+def test_ctrl_c_in_a_terminal_reaches_the_command_once(
+    tmp_path: Path, server: FakeServer, agent_env: dict[str, str]
+) -> None:
+    import os
+    import pty
+
+    ready = tmp_path / "ready"
+    script = write_script(
+        tmp_path,
+        f"""
+        import pathlib, signal, sys, time
+        count = 0
+        def on_int(signum, frame):
+            global count
+            count += 1
+        signal.signal(signal.SIGINT, on_int)
+        pathlib.Path({str(ready)!r}).write_text("1")
+        end = time.monotonic() + 20
+        while not count and time.monotonic() < end:
+            time.sleep(0.01)
+        time.sleep(0.5)  # a doubled SIGINT would arrive meanwhile
+        sys.exit(10 + count)
+        """,
+    )
+    argv = [sys.executable, "-m", "agent.cli", "attach", *online(server), "--",
+            sys.executable, str(script)]
+    pid, master = pty.fork()
+    if pid == 0:  # the child: a session on the pseudo-terminal, like a shell's job
+        os.chdir(ROOT)
+        os.execve(sys.executable, argv, agent_env)
+    deadline = time.monotonic() + 30
+    while not ready.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.write(master, b"\x03")  # Ctrl-C: the terminal signals the whole foreground group
+    while True:  # drain the terminal so the child never blocks on output
+        try:
+            if not os.read(master, 1024):
+                break
+        except OSError:
+            break
+    _, status = os.waitpid(pid, 0)
+    os.close(master)
+    assert os.waitstatus_to_exitcode(status) == 11  # exactly one SIGINT reached the script
