@@ -23,7 +23,11 @@ class RuleForm(forms.ModelForm):
         labels = {"window_minutes": "Window (minutes)", "scope_tag": "Only runs tagged",
                   "reminder_minutes": "Remind every (minutes, 0 = never)",
                   "threshold": "Threshold"}
-        help_texts = {"scope_tag": 'empty = all runs; "team=vision" or "team"'}
+        help_texts = {
+            "scope_tag": 'empty = all runs; "team=vision" or "team"',
+            "threshold": "% utilisation (low utilisation, idle memory), % of samples "
+            "(throttling), % slower (step time), % estimated gain (findings); unused: stalled",
+        }
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()

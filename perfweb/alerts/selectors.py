@@ -14,10 +14,10 @@ from perfweb.projects.models import Project
 from perfweb.projects.selectors import project_list_for_user
 from perfweb.runs.models import Run
 
-User = AbstractBaseUser | AnonymousUser
 
-
-def project_get_for_user(*, user: User, project_id: int) -> Project:
+def project_get_for_user(
+    *, user: AbstractBaseUser | AnonymousUser, project_id: int
+) -> Project:
     """The project if `user` is a member; a 404 otherwise (outsiders learn nothing)."""
     return get_object_or_404(project_list_for_user(user=user), id=project_id)
 
