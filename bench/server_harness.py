@@ -55,12 +55,14 @@ class Database:
             names = [
                 row[0]
                 for row in connection.execute(
-                    f"select name from sqlite_master where tbl_name in ({','.join('?' * len(tables))})",
+                    "select name from sqlite_master where tbl_name in "
+                    f"({','.join('?' * len(tables))})",
                     tables,
                 )
             ]
             return connection.execute(
-                f"select coalesce(sum(pgsize), 0) from dbstat where name in ({','.join('?' * len(names))})",
+                "select coalesce(sum(pgsize), 0) from dbstat where name in "
+                f"({','.join('?' * len(names))})",
                 names,
             ).fetchone()[0]
 

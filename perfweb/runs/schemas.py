@@ -195,10 +195,20 @@ def _metrics(value: Any) -> list[Samples]:
     ]
 
 
+_GOOD_KEYS: set[tuple[object, object]] = set()  # (device, name) pairs already validated
+_GOOD_KEYS_MAX = 100_000
+
+
 def _series_key(item: dict[str, Any], path: str) -> tuple[str, str]:
+    # The same few hundred keys arrive in every batch: skip the regexes for known-good ones.
+    key = (item.get("device"), item.get("name"))
+    if type(key[0]) is str and type(key[1]) is str and key in _GOOD_KEYS:
+        return key  # type: ignore[return-value]
     device = string(item, "device", path=path, pattern=protocol.DEVICE_RE)
     name = string(item, "name", path=path, pattern=protocol.METRIC_NAME_RE)
     assert device is not None and name is not None
+    if len(_GOOD_KEYS) < _GOOD_KEYS_MAX:
+        _GOOD_KEYS.add((device, name))
     return device, name
 
 

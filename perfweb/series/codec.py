@@ -26,6 +26,7 @@ FINE_BUCKET = 64  # rollup_fine: min and max of every 64 samples
 COARSE_BUCKET = 1024  # rollup_coarse: of every 1024
 PLAIN = 0  # ingest's format: the float64s as they are (cheapest to write)
 PACKED = 1  # compaction's format: transformed as above, then compressed hard
+PLAIN_HEADER = bytes((PLAIN, 0))
 XOR_VALUES = 255  # the values byte when values are XORed instead of scaled
 MAX_DECIMALS = 6
 
@@ -34,7 +35,12 @@ def encode_plain(*, t: np.ndarray, v: np.ndarray) -> bytes:
     """Sorted float64 arrays of equal length, for a batch's small chunk: as they are, since
     even zlib's fastest level costs more than the rest of a batch's work; compaction rewrites
     them packed within a minute or so."""
-    return bytes((PLAIN, 0)) + t.astype("<f8").tobytes() + v.astype("<f8").tobytes()
+    return plain(t.astype("<f8").tobytes(), v.astype("<f8").tobytes())
+
+
+def plain(t_bytes: bytes, v_bytes: bytes) -> bytes:
+    """encode_plain from the arrays' little-endian float64 bytes."""
+    return PLAIN_HEADER + t_bytes + v_bytes
 
 
 def encode(*, t: np.ndarray, v: np.ndarray, level: int = 6) -> bytes:

@@ -60,17 +60,27 @@ def chunks_prepare(*, samples: Iterable[Samples]) -> list[PreparedChunk]:
     at_max = _first_where(v == np.repeat(np.maximum.reduceat(v, starts), lengths), starts)
     sums = np.add.reduceat(v, starts)
     ends = starts + lengths
+    # Plain Python numbers and bytes once for the batch, sliced per series below.
+    firsts, lasts, totals = t[starts].tolist(), t[ends - 1].tolist(), sums.tolist()
+    lows, highs = v[at_min].tolist(), v[at_max].tolist()
+    low_times, high_times = t[at_min].tolist(), t[at_max].tolist()
+    t_bytes, v_bytes = t.astype("<f8").tobytes(), v.astype("<f8").tobytes()
     prepared = []
-    for i, s in enumerate(series):
-        a, b, lo, hi = int(starts[i]), int(ends[i]), int(at_min[i]), int(at_max[i])
-        columns: tuple[object, ...] = (
-            float(t[a]), float(t[b - 1]), b - a, float(sums[i]), float(v[lo]), float(v[hi]),
-            float(t[lo]), float(t[hi]), codec.encode_plain(t=t[a:b], v=v[a:b]),
-            codec.rollup(t=t[a:b], v=v[a:b], bucket=codec.FINE_BUCKET),
-            codec.rollup(t=t[a:b], v=v[a:b], bucket=codec.COARSE_BUCKET),
+    for i, (s, a, b) in enumerate(zip(series, starts.tolist(), ends.tolist(), strict=True)):
+        columns = (
+            firsts[i], lasts[i], b - a, totals[i], lows[i], highs[i], low_times[i],
+            high_times[i], codec.plain(t_bytes[8 * a : 8 * b], v_bytes[8 * a : 8 * b]),
+            *_rollups(t[a:b], v[a:b]),
         )  # fmt: skip
         prepared.append(PreparedChunk(device=s.device, name=s.name, columns=columns))
     return prepared
+
+
+def _rollups(t: np.ndarray, v: np.ndarray) -> tuple[bytes | None, bytes | None]:
+    return (
+        codec.rollup(t=t, v=v, bucket=codec.FINE_BUCKET),
+        codec.rollup(t=t, v=v, bucket=codec.COARSE_BUCKET),
+    )
 
 
 def _first_where(hits: np.ndarray, starts: np.ndarray) -> np.ndarray:
@@ -196,5 +206,8 @@ def run_compact(*, run_id: int) -> int:
 
 
 def _known_series(*, run: Run) -> dict[tuple[str, str], int]:
-    rows = Series.objects.filter(run=run).values_list("device", "name", "id")
-    return {(device, name): series_id for device, name, series_id in rows}
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT device, name, id FROM {Series._meta.db_table} WHERE run_id = %s", [run.id]
+        )
+        return {(device, name): series_id for device, name, series_id in cursor.fetchall()}
