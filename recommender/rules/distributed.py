@@ -232,6 +232,27 @@ def distributed_straggler(evidence: RunEvidence) -> Finding | None:
     Fix: look at that rank's input pipeline and host (CPU contention, thermal throttling, a
     slower link).
     """
+    found = _straggler_from_steps(evidence) or _straggler_from_traces(evidence)
+    if found is None:
+        return None
+    slow_rank, ratio, gain, items, source = found
+    return finding(
+        "distributed.straggler",
+        title=f"Rank {slow_rank} is {ratio:.2f}x slower than the median rank",
+        confidence=0.6 if source == "metrics" else 0.4,
+        gain=gain,
+        basis="the slow rank's excess over the median rank (which every rank waits for), "
+        "as a share of its step",
+        evidence=items,
+        fix=Fix(text=f"Inspect rank {slow_rank}'s host and input pipeline.", snippet=""),
+    )
+
+
+Straggler = tuple[int, float, float, list[Evidence], str]  # rank, ratio, gain, evidence, source
+
+
+def _straggler_from_steps(evidence: RunEvidence) -> Straggler | None:
+    """The agent's per-rank step times: one rank's median step well above the others'."""
     by_rank: dict[int, list[float]] = {}
     for step in evidence.steady_steps():
         by_rank.setdefault(step.rank, []).append(step.duration_s)
@@ -239,19 +260,32 @@ def distributed_straggler(evidence: RunEvidence) -> Finding | None:
         return None
     medians = {rank: statistics.median(v) for rank, v in by_rank.items() if v}
     typical = statistics.median(medians.values())
-    slow_rank = max(medians, key=lambda r: medians[r])
-    ratio = medians[slow_rank] / typical if typical else 0.0
+    slow = max(medians, key=lambda r: medians[r])
+    ratio = medians[slow] / typical if typical else 0.0
     if ratio < STRAGGLER_RATIO_MIN:
         return None
-    return finding(
-        "distributed.straggler",
-        title=f"Rank {slow_rank} is {ratio:.2f}x slower than the median rank",
-        confidence=0.6,
-        gain=1 - 1 / ratio,
-        basis="the slow rank's excess over the median rank, which every rank waits for",
-        evidence=[
-            Evidence("slowest rank median step", medians[slow_rank], "s", "metrics"),
-            Evidence("median over ranks", typical, "s", "metrics"),
-        ],
-        fix=Fix(text=f"Inspect rank {slow_rank}'s host and input pipeline.", snippet=""),
-    )
+    items = [
+        Evidence("slowest rank median step", medians[slow], "s", "metrics"),
+        Evidence("median over ranks", typical, "s", "metrics"),
+    ]
+    return slow, ratio, 1 - 1 / ratio, items, "metrics"
+
+
+def _straggler_from_traces(evidence: RunEvidence) -> Straggler | None:
+    """Rank traces of one window: collectives make step times equal, so compare the busy
+    (computation) time each rank needs; the others wait for the one that needs the most."""
+    traces = {t.rank: t for t in evidence.traces if t.temporal.compute_us > 0}
+    busy = {rank: t.temporal.compute_us for rank, t in traces.items()}
+    if len(busy) < 2:
+        return None
+    typical = statistics.median(busy.values())
+    slow = max(busy, key=lambda r: busy[r])
+    ratio = busy[slow] / typical if typical else 0.0
+    if ratio < STRAGGLER_RATIO_MIN:
+        return None
+    items = [
+        Evidence("slowest rank computation time", busy[slow], "µs", f"trace rank {slow}"),
+        Evidence("median over ranks", typical, "µs", "trace"),
+    ]
+    gain = (busy[slow] - typical) / traces[slow].temporal.kernel_span_us
+    return slow, ratio, gain, items, "trace"

@@ -228,5 +228,13 @@ def test_rule_stays_quiet_without_any_evidence(rule_id: str) -> None:
     assert REGISTRY[rule_id].func(RunEvidence()) is None
 
 
+def test_a_straggler_shows_in_rank_traces_too(make_summary: Callable[..., object]) -> None:
+    slow = Temporal(5_000.0, 90_000.0 * 1.5, 5_000.0, 150_000.0)
+    traces = [make_summary(rank=0), make_summary(rank=1), make_summary(rank=2, temporal=slow)]
+    found = REGISTRY["distributed.straggler"].func(RunEvidence(traces=traces))  # type: ignore[arg-type]
+    assert found is not None and found.title.startswith("Rank 2 ")
+    assert found.estimated_gain == pytest.approx(45_000.0 / 150_000.0)
+
+
 def test_a_healthy_run_has_no_findings(make_summary: Callable[..., object]) -> None:
     assert diagnose(_healthy(make_summary)) == []
