@@ -1,0 +1,17 @@
+from __future__ import annotations
+
+from django.apps import AppConfig
+
+
+class DiagnosticsConfig(AppConfig):
+    name = "perfweb.diagnostics"
+    label = "diagnostics"
+    verbose_name = "Diagnostics"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from perfweb.dashboard.panels import register_run_panel
+        from perfweb.diagnostics import signals  # noqa: F401  (re-rank on a verified fix)
+        from perfweb.diagnostics.panel import findings_panel
+
+        register_run_panel(findings_panel)

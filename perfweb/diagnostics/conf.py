@@ -1,0 +1,52 @@
+"""The app's settings: a Django setting wins, else the environment variable, else a default.
+
+PERFWEB_TRACE_DIR          where uploaded traces live (default $PERFWEB_DATA_DIR/traces)
+PERFWEB_TRACE_MAX_BYTES    the largest gzip trace the server takes (default 2 GiB)
+PERFWEB_DIAGNOSE_INTERVAL  seconds between diagnoses of a running run (default 60)
+PERFWEB_DIAGNOSE_WINDOW    seconds of each series a diagnosis reads, up to a run's last
+                           sample (default 900)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+
+from perfweb.env import env_seconds, env_str
+
+DEFAULT_TRACE_MAX_BYTES = 2 * 1024**3
+
+
+def trace_dir() -> Path:
+    configured = getattr(settings, "PERFWEB_TRACE_DIR", None)
+    if configured:
+        return Path(configured)
+    return Path(env_str("PERFWEB_TRACE_DIR", default=str(Path(settings.DATA_DIR) / "traces")))
+
+
+def trace_max_bytes() -> int:
+    configured = getattr(settings, "PERFWEB_TRACE_MAX_BYTES", None)
+    if configured is not None:
+        return int(configured)
+    raw = env_str("PERFWEB_TRACE_MAX_BYTES", default=str(DEFAULT_TRACE_MAX_BYTES))
+    if not raw.isdigit() or int(raw) < 1:
+        raise ImproperlyConfigured(
+            f"PERFWEB_TRACE_MAX_BYTES must be a positive integer, not {raw!r}"
+        )
+    return int(raw)
+
+
+def diagnose_interval_s() -> float:
+    configured = getattr(settings, "PERFWEB_DIAGNOSE_INTERVAL", None)
+    if configured is not None:
+        return float(configured)
+    return env_seconds("PERFWEB_DIAGNOSE_INTERVAL", default=60.0)
+
+
+def diagnose_window_s() -> float:
+    configured = getattr(settings, "PERFWEB_DIAGNOSE_WINDOW", None)
+    if configured is not None:
+        return float(configured)
+    return env_seconds("PERFWEB_DIAGNOSE_WINDOW", default=900.0)

@@ -1,0 +1,107 @@
+"""The ranked fixes panel on the run page (registered with perfweb.dashboard.panels)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from perfweb.dashboard.panels import Panel
+from perfweb.diagnostics import selectors
+from perfweb.diagnostics.models import Finding
+from perfweb.jobs.selectors import measured_gains_for_run
+from perfweb.runs.models import Run
+
+RISK_LABELS = {
+    "data-path": "data path",
+    "operator": "operator",
+    "distributed": "distributed",
+    "model": "model",
+    "system": "system",
+}
+
+
+def findings_panel(*, run: Run, user: Any) -> Panel:
+    """Shown for every run the user may see (the dashboard has already scoped `run`)."""
+    measured = measured_gains_for_run(run=run)
+    return Panel(
+        template="diagnostics/_findings.html",
+        context={
+            "run_id": run.run_id,
+            "findings": [
+                finding_view(finding=f, verification=measured.get(f.rule_id))
+                for f in selectors.findings_for_run(run=run)
+            ],
+            "diagnosis": selectors.diagnosis_state(run=run),
+            "traces": selectors.traces_json(run=run),
+        },
+    )
+
+
+def finding_view(*, finding: Finding, verification: dict[str, Any] | None) -> dict[str, Any]:
+    fix = finding.fix or {}
+    return {
+        "rank": finding.rank,
+        "id": finding.rule_id,
+        "title": finding.title,
+        "risk": finding.risk,
+        "risk_label": RISK_LABELS.get(finding.risk, finding.risk),
+        "gain_pct": _pct(finding.estimated_gain),
+        "gain_basis": finding.gain_basis,
+        "confidence_pct": _pct(finding.confidence, digits=0),
+        "evidence": [_evidence_row(item) for item in finding.evidence],
+        "fix_text": fix.get("text", ""),
+        "snippet": fix.get("snippet", ""),
+        "knob": fix.get("knob") or "",
+        "doc": finding.doc,
+        "verification": _verification(verification),
+    }
+
+
+def _verification(raw: dict[str, Any] | None) -> dict[str, Any] | None:
+    if not raw:
+        return None
+    return {
+        "status": raw["status"],
+        "gain_pct": _pct(raw["measured_gain"]),
+        "speedup": f"{raw['speedup']:.2f}×",
+        "ci": f"{raw['ci_low']:.2f}–{raw['ci_high']:.2f}×",
+        "job_id": raw["job_id"],
+        "reason": raw.get("reason", ""),
+    }
+
+
+def _pct(fraction: float | None, *, digits: int = 1) -> str:
+    if fraction is None:
+        return "—"
+    return f"{100 * fraction:.{digits}f} %"
+
+
+def _evidence_row(item: dict[str, Any]) -> dict[str, str]:
+    return {
+        "label": str(item.get("label", "")),
+        "value": format_value(item.get("value"), str(item.get("unit", ""))),
+        "source": str(item.get("source", "")),
+    }
+
+
+def format_value(value: Any, unit: str) -> str:
+    """A number with its unit, the way people read it (a fraction as a percentage)."""
+    if isinstance(value, bool) or unit == "flag":
+        return {True: "yes", False: "no"}.get(value, str(value))
+    if not isinstance(value, int | float):
+        return f"{value} {unit}".strip()
+    if unit == "fraction":
+        return f"{100 * value:.1f} %"
+    if unit == "bytes":
+        return _bytes(float(value))
+    if unit == "s" and abs(value) < 1:
+        return f"{1000 * value:.1f} ms"
+    number = f"{value:,}" if isinstance(value, int) else f"{value:,.4g}"
+    return f"{number} {unit}".strip() if unit != "%" else f"{number} %"
+
+
+def _bytes(value: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(value) < 1024:
+            return f"{value:.1f} {unit}" if unit != "B" else f"{value:.0f} B"
+        value /= 1024
+    return f"{value:.1f} TiB"

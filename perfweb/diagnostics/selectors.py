@@ -1,0 +1,105 @@
+"""Reads: a run's ranked findings (for the page, the read API and alerts' "why"), and the
+runs a diagnosis is due for."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db.models import Exists, F, OuterRef, Q
+from django.utils import timezone
+
+from perfweb.diagnostics import conf
+from perfweb.diagnostics.models import Finding, RunDiagnosis, Trace
+from perfweb.runs.models import Run
+
+RECENT = timedelta(days=1)  # the sweep looks at runs seen within this
+SWEEP_LIMIT = 200  # runs enqueued per beat tick at most
+
+
+def findings_for_run(*, run: Run) -> list[Finding]:
+    """Best first."""
+    return list(Finding.objects.filter(run=run).order_by("rank", "rule_id"))
+
+
+def finding_top_for_run(*, run: Run) -> Finding | None:
+    """The run's best-ranked stored finding (what an alert's "why" should say), or None."""
+    return Finding.objects.filter(run=run).order_by("rank", "rule_id").first()
+
+
+def finding_json(*, finding: Finding) -> dict[str, Any]:
+    """A finding as the read API gives it (the recommender's `findings[]` names)."""
+    return {
+        "id": finding.rule_id,
+        "rank": finding.rank,
+        "title": finding.title,
+        "risk": finding.risk,
+        "confidence": finding.confidence,
+        "estimated_gain": finding.estimated_gain,
+        "gain_basis": finding.gain_basis,
+        "measured_gain": finding.measured_gain,
+        "score": finding.score,
+        "evidence": finding.evidence,
+        "fix": finding.fix,
+        "doc": finding.doc,
+        "updated_at": finding.updated_at.timestamp(),
+    }
+
+
+def run_findings_json(*, run: Run) -> dict[str, Any]:
+    """`GET /api/v1/runs/<run_id>/findings`."""
+    state = RunDiagnosis.objects.filter(run=run).first()
+    diagnosed = state.diagnosed_at if state else None
+    return {
+        "run": run.run_id,
+        "diagnosed_at": diagnosed.timestamp() if diagnosed else None,
+        "findings": [finding_json(finding=f) for f in findings_for_run(run=run)],
+        "traces": traces_json(run=run),
+    }
+
+
+def traces_json(*, run: Run) -> list[dict[str, Any]]:
+    rows = Trace.objects.filter(run=run).order_by("created_at", "id")
+    return [
+        {
+            "name": t.name,
+            "agent_id": t.agent_id,
+            "rank": t.rank,
+            "size": t.size,
+            "created_at": t.created_at.timestamp(),
+            "analysed": t.summary is not None,
+            "error": t.analysis_error or None,
+        }
+        for t in rows
+    ]
+
+
+def diagnosis_state(*, run: Run) -> RunDiagnosis | None:
+    return RunDiagnosis.objects.filter(run=run).first()
+
+
+def runs_due_for_diagnosis(*, now: datetime | None = None, limit: int = SWEEP_LIMIT) -> list[int]:
+    """Primary keys of runs with data their last diagnosis has not seen: never diagnosed,
+    newer samples (an ended run at once, a running one once its interval has passed) or a
+    trace stored since. Runs whose diagnosis is claimed right now are left alone."""
+    now = now or timezone.now()
+    interval_ago = now - timedelta(seconds=conf.diagnose_interval_s())
+    new_trace = Trace.objects.filter(
+        run=OuterRef("pk"), created_at__gt=OuterRef("diagnosis__diagnosed_at")
+    )
+    due = (
+        Q(diagnosis__isnull=True)
+        | Q(diagnosis__diagnosed_at__isnull=True)
+        | Q(Exists(new_trace))
+        | (
+            Q(last_seen_at__gt=F("diagnosis__data_seen_at"))
+            & (~Q(status=Run.RUNNING) | Q(diagnosis__diagnosed_at__lte=interval_ago))
+        )
+    )
+    runs = (
+        Run.objects.filter(last_seen_at__gte=now - RECENT)
+        .exclude(diagnosis__claimed_until__gt=now)
+        .filter(due)
+        .order_by("last_seen_at")
+    )
+    return list(runs.values_list("id", flat=True)[:limit])

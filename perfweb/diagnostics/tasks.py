@@ -1,0 +1,30 @@
+"""Celery adapters: take ids, re-read state, call one function. Safe to run twice."""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+from perfweb.diagnostics import selectors, services, uploads
+from perfweb.runs.models import Run
+
+STALE_UPLOAD_S = 24 * 3600  # a partial trace upload untouched for a day is abandoned
+
+
+@shared_task(acks_late=True, ignore_result=True, soft_time_limit=1500, time_limit=1800)
+def diagnose_run_task(run_id: int) -> None:
+    """Diagnose one run (a trace arrived, the run ended, beat's periodic pass)."""
+    run = Run.objects.filter(id=run_id).first()
+    if run is None:  # deleted meanwhile
+        return
+    services.diagnose_run(run=run)
+
+
+@shared_task(acks_late=True, ignore_result=True)
+def diagnose_sweep_task() -> int:
+    """Beat: enqueue every run with data its last diagnosis has not seen (a running run at
+    most every PERFWEB_DIAGNOSE_INTERVAL s); also the net under any lost message."""
+    run_pks = selectors.runs_due_for_diagnosis()
+    for run_pk in run_pks:
+        diagnose_run_task.delay(run_pk)
+    uploads.staging_sweep(older_than_s=STALE_UPLOAD_S)
+    return len(run_pks)

@@ -1,0 +1,122 @@
+"""Chunked trace upload: chunks wait on disk until the last one arrives, then the file is
+joined, checked (size, sha256, gzip) and renamed into the offline layout.
+
+```
+<trace dir>/<run>/<agent>/traces/<name>.pt.trace.json.gz          complete traces
+<trace dir>/<run>/<agent>/.partial/<name>/<sha256>-<size>-<chunks>/<index>.part
+```
+A chunk is written to a temporary name and renamed, so a repeated or concurrent chunk is
+stored once and a reader never sees half of one. The database learns of a trace only when
+it is complete (services.trace_chunk_store).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from perfweb.diagnostics import conf
+from perfweb.diagnostics.schemas import TraceChunk
+
+TRACE_SUFFIX = ".pt.trace.json.gz"
+GZIP_MAGIC = b"\x1f\x8b"
+PARTIAL = ".partial"
+COPY_BYTES = 1024 * 1024
+
+
+class BadTrace(Exception):
+    """The joined chunks are not the file the client described; str() says how."""
+
+
+def agent_dir(*, run_id: str, agent_id: str) -> Path:
+    return conf.trace_dir() / run_id / agent_id
+
+
+def trace_file(*, run_id: str, agent_id: str, name: str) -> Path:
+    return agent_dir(run_id=run_id, agent_id=agent_id) / "traces" / (name + TRACE_SUFFIX)
+
+
+def _staging(chunk: TraceChunk) -> Path:
+    key = f"{chunk.sha256}-{chunk.size}-{chunk.chunks}"
+    return agent_dir(run_id=chunk.run_id, agent_id=chunk.agent_id) / PARTIAL / chunk.name / key
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def chunk_stage(chunk: TraceChunk) -> bool:
+    """Keeps one chunk; True when every chunk of its trace is now on disk."""
+    folder = _staging(chunk)
+    _write_atomic(folder / f"{chunk.chunk}.part", chunk.data)
+    return all((folder / f"{i}.part").is_file() for i in range(chunk.chunks))
+
+
+def chunks_join(chunk: TraceChunk) -> Path:
+    """Joins the staged chunks into the trace file (checked); BadTrace if they do not add
+    up to the described file, in which case the staged chunks are dropped (send them again)."""
+    folder = _staging(chunk)
+    target = trace_file(run_id=chunk.run_id, agent_id=chunk.agent_id, name=chunk.name)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    digest, size, head = hashlib.sha256(), 0, b""
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            for index in range(chunk.chunks):
+                with (folder / f"{index}.part").open("rb") as part:
+                    while block := part.read(COPY_BYTES):
+                        head = head or block[:2]
+                        digest.update(block)
+                        size += len(block)
+                        out.write(block)
+        _check(chunk, size=size, sha256=digest.hexdigest(), head=head)
+        os.replace(tmp, target)
+    except BadTrace:
+        Path(tmp).unlink(missing_ok=True)
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
+
+
+def _check(chunk: TraceChunk, *, size: int, sha256: str, head: bytes) -> None:
+    if size != chunk.size:
+        raise BadTrace(f"the {chunk.chunks} chunks hold {size} bytes, not size ({chunk.size})")
+    if sha256 != chunk.sha256:
+        raise BadTrace("the joined chunks do not match sha256")
+    if head != GZIP_MAGIC:
+        raise BadTrace("the trace is not gzip-compressed")
+
+
+def staging_drop(*, run_id: str, agent_id: str, name: str) -> None:
+    """Forgets a trace's staged chunks (once it is stored)."""
+    shutil.rmtree(agent_dir(run_id=run_id, agent_id=agent_id) / PARTIAL / name, ignore_errors=True)
+
+
+def staging_sweep(*, older_than_s: float, now: float | None = None) -> int:
+    """Removes partial uploads untouched for `older_than_s` seconds; returns how many."""
+    now = time.time() if now is None else now
+    removed = 0
+    for folder in conf.trace_dir().glob(f"*/*/{PARTIAL}/*/*"):
+        try:
+            newest = max((p.stat().st_mtime for p in folder.iterdir()), default=0.0)
+        except OSError:
+            continue
+        if now - max(newest, folder.stat().st_mtime) > older_than_s:
+            shutil.rmtree(folder, ignore_errors=True)
+            removed += 1
+    return removed

@@ -1,0 +1,11 @@
+from __future__ import annotations
+
+from django.urls import path
+
+from perfweb.diagnostics import views
+
+app_name = "diagnostics"
+urlpatterns = [
+    path("api/v1/ingest/trace", views.trace_upload, name="ingest-trace"),
+    path("api/v1/runs/<str:run_id>/findings", views.run_findings, name="run-findings"),
+]

@@ -1,0 +1,51 @@
+"""`POST /api/v1/ingest/trace` and `GET /api/v1/runs/<run_id>/findings`: parse, call one
+function, reply (docs/protocol.md)."""
+
+from __future__ import annotations
+
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_GET, require_POST
+
+from perfweb.api.auth import runs_required, token_required
+from perfweb.api.http import BadRequest, error_response, json_response, read_json
+from perfweb.diagnostics import selectors, services
+from perfweb.diagnostics.schemas import parse_trace_chunk
+from perfweb.diagnostics.uploads import BadTrace
+from perfweb.projects.models import Project
+from perfweb.runs.fields import Invalid
+from perfweb.runs.models import Run
+from perfweb.runs.selectors import agent_commands, run_get
+from perfweb.runs.services import RunNotFound
+
+
+@csrf_exempt
+@require_POST
+@token_required
+def trace_upload(request: HttpRequest, *, project: Project) -> HttpResponse:
+    try:
+        chunk = parse_trace_chunk(read_json(request))
+        result = services.trace_chunk_store(project=project, chunk=chunk)
+    except BadRequest as error:
+        return error_response(str(error), error.status)
+    except (Invalid, BadTrace) as error:
+        return error_response(str(error), 400)
+    except services.TraceTooLarge as error:
+        return error_response(str(error), 413)
+    except RunNotFound as error:
+        return error_response(f"run {error} was not started in this project", 404)
+    except services.TraceConflict as error:
+        return error_response(str(error), 409)
+    run = Run(run_id=chunk.run_id, project=project)
+    commands = agent_commands(run=run, agent_id=chunk.agent_id)
+    return json_response({"ok": True, "complete": result.complete, "commands": commands})
+
+
+@require_GET
+@runs_required
+def run_findings(request: HttpRequest, run_id: str, *, runs: QuerySet[Run]) -> HttpResponse:
+    run = run_get(runs=runs, run_id=run_id)
+    if run is None:
+        return error_response("no such run", 404)
+    return json_response(selectors.run_findings_json(run=run))
