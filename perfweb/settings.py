@@ -57,6 +57,7 @@ INSTALLED_APPS = [
     "perfweb.dashboard",
     "perfweb.alerts",
     "perfweb.jobs",
+    "perfweb.diagnostics",
 ]
 
 MIDDLEWARE = [
