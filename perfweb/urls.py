@@ -5,6 +5,7 @@ from django.urls import include, path
 
 urlpatterns = [
     path("api/v1/", include("perfweb.api.urls")),
+    path("", include("perfweb.diagnostics.urls")),  # /api/v1/ingest/trace, .../findings
     path("admin/", admin.site.urls),
     path("alerts/", include("perfweb.alerts.urls")),
     path("", include("perfweb.jobs.urls")),  # /api/v1/jobs/..., /jobs/..., /runs/<id>/jobs/
