@@ -49,6 +49,10 @@ app.conf.beat_schedule = {
         "task": "perfweb.jobs.tasks.sweep_unverified_jobs_task",
         "schedule": env_seconds("PERFWEB_SWEEP_INTERVAL", default=30.0),
     },
+    "diagnostics-sweep": {
+        "task": "perfweb.diagnostics.tasks.diagnose_sweep_task",
+        "schedule": env_seconds("PERFWEB_DIAGNOSE_SWEEP_INTERVAL", default=20.0),
+    },
 }
 app.autodiscover_tasks()
 
