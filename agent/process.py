@@ -44,10 +44,11 @@ def child_pids(pid: int) -> list[int] | None:
 
 
 class PsutilSource:
-    """Process numbers from psutil; children found every `rescan_every` calls and cached.
+    """Process numbers from psutil; child Process objects cached between calls.
 
-    Finding children with psutil reads every process's stat file; /proc/<pid>/task/*/children
-    lists them directly, so that is used where the kernel offers it.
+    Finding children with psutil reads every process's stat file, so that is done only every
+    `rescan_every` calls; /proc/<pid>/task/*/children lists them directly and cheaply, so
+    where the kernel offers it children are looked up on every call.
     """
 
     def __init__(self, pid: int | None = None, rescan_every: int = 5) -> None:
@@ -59,6 +60,7 @@ class PsutilSource:
         self._children: dict[int, Any] = {}
         self._rescan_every = rescan_every
         self._calls = 0
+        self._cheap_children = child_pids(self._proc.pid) is not None
 
     @property
     def pids(self) -> set[int]:
@@ -96,7 +98,7 @@ class PsutilSource:
 
     def children(self) -> tuple[float, float, float, int] | None:
         """Sums over direct child processes (DataLoader workers)."""
-        if self._calls % self._rescan_every == 0:
+        if self._cheap_children or self._calls % self._rescan_every == 0:
             self._rescan()
         self._calls += 1
         cpu = rss = threads = 0.0

@@ -102,7 +102,10 @@ class TorchPatches:
                 try:
                     return original(self)
                 finally:
-                    timer.data_wait(started, clock() - started)
+                    try:  # noqa: SIM105 - hot path; and an agent bug must not mask StopIteration
+                        timer.data_wait(started, clock() - started)
+                    except Exception:  # noqa: BLE001
+                        pass
 
             return __next__
 
@@ -163,7 +166,7 @@ class TorchPatches:
             def backward(*args: Any, **kwargs: Any) -> Any:
                 if getattr(autograd.backward, MARK, False):
                     autograd.backward = original
-                facts.set("training.backward", True)
+                _guard(facts.set, "training.backward", True)
                 return original(*args, **kwargs)
 
             return backward
@@ -194,12 +197,15 @@ class TorchPatches:
         cls = importlib.import_module("torch.amp.grad_scaler").GradScaler
         counters, facts = self.counters, self.facts
 
+        def record_scaler(scaler: Any) -> None:
+            facts.set("amp.grad_scaler", True)
+            facts.set("amp.grad_scaler_enabled", bool(scaler.is_enabled()))
+
         def make_step(original: Callable[..., Any]) -> Callable[..., Any]:
             def step(self: Any, *args: Any, **kwargs: Any) -> Any:
                 counters.scaler_steps += 1
                 if counters.scaler_steps == 1:
-                    _guard(facts.set, "amp.grad_scaler", True)
-                    _guard(facts.set, "amp.grad_scaler_enabled", bool(self.is_enabled()))
+                    _guard(record_scaler, self)
                 return original(self, *args, **kwargs)
 
             return step
