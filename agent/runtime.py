@@ -16,7 +16,7 @@ from agent import importhook, protocol, torch_state, transport
 from agent.config import Settings
 from agent.log import log, say_once
 from agent.nvml import NvmlCollector, Query
-from agent.process import ProcessCollector, ProcessSource
+from agent.process import ProcessCollector, ProcessSource, child_pids
 from agent.sender import PostFn, Sender
 from agent.steps import StepTimer
 from agent.torch_patches import Counters, TorchPatches
@@ -61,6 +61,9 @@ class Agent:
         self.patches = TorchPatches(self.timer, self.sender.facts, self.counters)
         self.process = ProcessCollector(process_source)
         self.nvml = NvmlCollector(nvml_query, pids=self._job_pids)
+        # In a torchrun job every rank sees every GPU of its host: one of them (local rank 0)
+        # samples them all, instead of each rank sending the same numbers again.
+        self.samples_gpus = _env_int("LOCAL_RANK") in (None, 0)
         self.profiler: Any = None
         self._ticks = 0
         self._closed = False
@@ -147,7 +150,9 @@ class Agent:
             self._first_tick()
             if not self.collecting:
                 return
-        samples = self.process.collect() + self.nvml.collect()
+        samples = self.process.collect()
+        if self.samples_gpus:
+            samples += self.nvml.collect()
         torch = torch_state.imported_torch() if self.patches.installed else None
         if torch is not None:
             samples += torch_state.cuda_memory(torch, time.time())
@@ -165,8 +170,9 @@ class Agent:
         if getattr(spec, "name", None) in TORCHRUN_MAINS:
             self.abandon()  # the torchrun launcher itself: its ranks report
             return
-        self.sender.facts.update(self.nvml.facts())
-        self.sender.devices = self.nvml.devices()
+        if self.samples_gpus:
+            self.sender.facts.update(self.nvml.facts())
+            self.sender.devices = self.nvml.devices()
 
     def abandon(self) -> None:
         """Stop without sending anything more (this process is not one to report on)."""
@@ -196,7 +202,13 @@ class Agent:
             log.debug("ignoring command %r", command.get("type"))
 
     def _job_pids(self) -> Iterable[int]:
-        return self.process.pids()
+        """This process, its children, and under torchrun its sibling ranks (and theirs)."""
+        pids = self.process.pids()
+        if os.environ.get("TORCHELASTIC_RUN_ID") or os.environ.get("LOCAL_RANK"):
+            for sibling in child_pids(os.getppid()) or []:
+                pids.add(sibling)
+                pids.update(child_pids(sibling) or [])
+        return pids
 
 
 def _default_name(command: list[str]) -> str:

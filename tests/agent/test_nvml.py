@@ -118,3 +118,24 @@ def test_the_real_query_maps_onto_the_installed_pynvml() -> None:
     query = make_query(pynvml)
     with pytest.raises(KeyError):
         query("no_such_op")
+
+
+@pytest.mark.parametrize(("local_rank", "expects_gpus"), [(None, True), ("0", True), ("1", False)])
+def test_only_local_rank_zero_samples_the_hosts_gpus(
+    monkeypatch: pytest.MonkeyPatch, tmp_path, local_rank: str | None, expects_gpus: bool
+) -> None:
+    from agent.config import load_settings
+    from agent.runtime import Agent
+
+    if local_rank is None:
+        monkeypatch.delenv("LOCAL_RANK", raising=False)
+    else:
+        monkeypatch.setenv("LOCAL_RANK", local_rank)
+    settings = load_settings(env={}, offline=str(tmp_path))
+    agent = Agent(settings, nvml_query=RecordedNvml([H100_LOAD]))
+    agent._tick()
+    metrics, _ = agent.sender.samples.drain()
+    gpu_series = [m for m in metrics if m["device"] == "gpu:0"]
+    assert bool(gpu_series) is expects_gpus
+    assert bool(agent.sender.devices) is expects_gpus
+    assert any(m["device"] == "process" for m in metrics)
