@@ -139,3 +139,19 @@ def test_only_local_rank_zero_samples_the_hosts_gpus(
     assert bool(gpu_series) is expects_gpus
     assert bool(agent.sender.devices) is expects_gpus
     assert any(m["device"] == "process" for m in metrics)
+
+
+def test_field_values_are_decoded_from_pynvml_structs() -> None:
+    pynvml = pytest.importorskip("pynvml")
+    from agent.nvml_real import _field_value
+
+    entry = pynvml.c_nvmlFieldValue_t()
+    entry.nvmlReturn = pynvml.NVML_SUCCESS
+    entry.valueType = pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+    entry.value.ullVal = 7_000_000_000
+    assert _field_value(pynvml, entry) == 7e9
+    entry.valueType = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT
+    entry.value.uiVal = 625_680
+    assert _field_value(pynvml, entry) == 625_680.0
+    entry.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
+    assert _field_value(pynvml, entry) is None
