@@ -7,3 +7,9 @@ class JobsConfig(AppConfig):
     name = "perfweb.jobs"
     label = "jobs"
     verbose_name = "Optimisation jobs"
+
+    def ready(self) -> None:
+        from perfweb.dashboard.panels import register_run_panel
+        from perfweb.jobs.panel import jobs_panel
+
+        register_run_panel(jobs_panel)

@@ -189,3 +189,13 @@ def test_suggested_knobs_keep_explicit_values() -> None:
         "pin_memory": True
     }
     assert suggested_knobs(finding_id="distributed.backend") == {}
+
+
+def test_the_run_page_shows_the_jobs_panel(owner: Any, run: Any) -> None:
+    job = _job(owner, run)
+    browser = Client()
+    browser.force_login(owner)
+    page = browser.get(f"/runs/{run.run_id}/")
+    assert page.status_code == 200
+    assert b'data-testid="jobs-panel"' in page.content
+    assert f'href="/jobs/{job.id}/"'.encode() in page.content
