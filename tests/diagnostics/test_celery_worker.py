@@ -74,9 +74,8 @@ def test_it_diagnoses_a_run_through_a_real_worker_over_redis(server: Server) -> 
         for process in server.processes:
             assert process.poll() is None, server.log.read_text()[-3000:]
         time.sleep(0.5)
-    assert top_finding(server.database, run_pk) == "dataloader.num_workers", (
-        server.log.read_text()[-3000:]
-    )
+    log = server.log.read_text()[-3000:]
+    assert top_finding(server.database, run_pk) == "dataloader.num_workers", log
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and server.log.read_text().count("succeeded") < 2:
         time.sleep(0.5)
