@@ -26,24 +26,32 @@ MAX_ATTEMPTS = len(BACKOFF_S) + 1
 Enqueue = Callable[[int, float], None]  # (delivery id, countdown seconds)
 
 
-def delivery_claim(*, delivery_id: int, now: datetime) -> bool:
+@transaction.atomic
+def delivery_claim(*, delivery_id: int, now: datetime) -> DeliveryAttempt | None:
+    """Takes the delivery, or returns None if it is done, stopped, not due or held. The
+    attempt is logged as started before anything is sent; an attempt still "started" when
+    the next claim comes belonged to a worker that died, and is marked interrupted."""
     expired = now - timedelta(seconds=conf.claim_seconds())
     claimable = Q(claimed_at=None) | Q(claimed_at__lt=expired)
-    return (
-        Delivery.objects.filter(claimable, id=delivery_id, delivered_at=None, failed_at=None,
-                                due_at__lte=now)
-        .update(claimed_at=now, attempts=F("attempts") + 1)
-        == 1
-    )
+    claimed = Delivery.objects.filter(
+        claimable, id=delivery_id, delivered_at=None, failed_at=None, due_at__lte=now
+    ).update(claimed_at=now, attempts=F("attempts") + 1)
+    if claimed != 1:
+        return None
+    DeliveryAttempt.objects.filter(delivery_id=delivery_id, outcome=DeliveryAttempt.STARTED)\
+        .update(outcome=DeliveryAttempt.INTERRUPTED, detail="the worker stopped mid-attempt")
+    delivery = Delivery.objects.select_related("channel").get(id=delivery_id)
+    return DeliveryAttempt.objects.create(delivery=delivery, channel=delivery.channel, at=now,
+                                          outcome=DeliveryAttempt.STARTED)
 
 
 def delivery_send(*, delivery_id: int, enqueue: Enqueue | None = None) -> str | None:
     """Sends the delivery if this caller wins the claim; returns the attempt's outcome, or
     None when there was nothing to do (done, stopped, not due, or claimed by another)."""
-    now = timezone.now()
-    if not delivery_claim(delivery_id=delivery_id, now=now):
+    attempt = delivery_claim(delivery_id=delivery_id, now=timezone.now())
+    if attempt is None:
         return None
-    delivery = Delivery.objects.select_related("channel").get(id=delivery_id)
+    delivery = attempt.delivery
     channel = delivery.channel
     started = time.monotonic()
     retry_after: float | None = None
@@ -57,17 +65,18 @@ def delivery_send(*, delivery_id: int, enqueue: Enqueue | None = None) -> str | 
     except Exception as error:  # a bug in a channel must not lose the message: retry it
         outcome, detail = DeliveryAttempt.TRANSIENT, f"{type(error).__name__}: {error}"
     took_ms = int(1000 * (time.monotonic() - started))
-    _record(delivery=delivery, outcome=outcome, detail=str(detail)[:500], took_ms=took_ms,
+    _record(attempt=attempt, outcome=outcome, detail=str(detail)[:500], took_ms=took_ms,
             retry_after=retry_after, enqueue=enqueue)
     return outcome
 
 
 @transaction.atomic
-def _record(*, delivery: Delivery, outcome: str, detail: str, took_ms: int,
+def _record(*, attempt: DeliveryAttempt, outcome: str, detail: str, took_ms: int,
             retry_after: float | None, enqueue: Enqueue | None) -> None:
     now = timezone.now()
-    DeliveryAttempt.objects.create(delivery=delivery, channel=delivery.channel, at=now,
-                                   outcome=outcome, detail=detail, duration_ms=took_ms)
+    delivery = attempt.delivery
+    DeliveryAttempt.objects.filter(id=attempt.id).update(outcome=outcome, detail=detail,
+                                                         duration_ms=took_ms)
     rows = Delivery.objects.filter(id=delivery.id)
     if outcome == DeliveryAttempt.OK:
         rows.update(delivered_at=now, last_error="")

@@ -119,13 +119,14 @@ class Delivery(models.Model):
 
 
 class DeliveryAttempt(models.Model):
-    OK, TRANSIENT, PERMANENT = "ok", "transient", "permanent"
-    OUTCOMES = [(o, o) for o in (OK, TRANSIENT, PERMANENT)]
+    STARTED, OK, TRANSIENT, PERMANENT = "started", "ok", "transient", "permanent"
+    INTERRUPTED = "interrupted"  # still "started" when the next claim came: the worker died
+    OUTCOMES = [(o, o) for o in (STARTED, OK, TRANSIENT, PERMANENT, INTERRUPTED)]
 
     delivery = models.ForeignKey(Delivery, on_delete=models.CASCADE, related_name="attempt_log")
     channel = models.ForeignKey(Channel, on_delete=models.CASCADE, related_name="attempts")
     at = models.DateTimeField()
-    outcome = models.CharField(max_length=10, choices=OUTCOMES)
+    outcome = models.CharField(max_length=12, choices=OUTCOMES)
     detail = models.CharField(max_length=500, blank=True)
     duration_ms = models.IntegerField(default=0)
 

@@ -1,8 +1,9 @@
 """A real perfweb stack in subprocesses for the end-to-end alert tests and the bench.
 
-A temporary SQLite file database (WAL) that this process reads with sqlite3 and the
-subprocesses share through DATABASE_URL; the ingest API under `manage.py runserver`; a Celery
-worker and Celery beat on the local Redis, on a queue of their own.
+A temporary SQLite file database (WAL) or a fresh PostgreSQL database that the subprocesses
+share through DATABASE_URL and this process reads directly; the ingest API under
+`manage.py runserver`; a Celery worker and Celery beat on the local Redis, on a queue of
+their own.
 """
 
 from __future__ import annotations
@@ -35,6 +36,35 @@ def redis_available() -> bool:
         return False
 
 
+PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+
+
+def postgres_available() -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", 5432), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def postgres_database_create() -> str:
+    """A fresh, empty PostgreSQL database on the local server; returns its URL."""
+    import psycopg
+
+    name = f"perfweb_alerts_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    return f"postgresql://postgres@127.0.0.1:5432/{name}"
+
+
+def postgres_database_drop(url: str) -> None:
+    import psycopg
+
+    name = url.rsplit("/", 1)[1]
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -43,7 +73,7 @@ def free_port() -> int:
 
 class Stack:
     def __init__(self, *, interval_s: float = 1.0, claim_s: float = 4.0,
-                 worker_concurrency: int = 1) -> None:
+                 worker_concurrency: int = 1, database_url: str = "") -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="perfweb-alerts-"))
         self.db_path = self.dir / "perfweb.sqlite3"
         self.queue = f"alerts-test-{uuid.uuid4().hex[:10]}"
@@ -53,7 +83,7 @@ class Stack:
         self.worker_loglevel = "WARNING"
         self.env = {
             **os.environ,
-            "DATABASE_URL": f"sqlite:///{self.db_path}",
+            "DATABASE_URL": database_url or f"sqlite:///{self.db_path}",
             "REDIS_URL": f"redis://{REDIS_HOST}:{REDIS_PORT}/{REDIS_DB}",
             "PERFWEB_DATA_DIR": str(self.dir),
             "DEBUG": "true",
@@ -135,9 +165,15 @@ class Stack:
                           "--project", project)
         return next(line[6:] for line in out.splitlines() if line.startswith("token="))
 
-    def query(self, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+    def query(self, sql: str) -> list[tuple[Any, ...]]:
+        url = self.env["DATABASE_URL"]
+        if url.startswith("postgresql://"):
+            import psycopg
+
+            with psycopg.connect(url, autocommit=True) as db:
+                return [tuple(row) for row in db.execute(sql).fetchall()]  # type: ignore[arg-type]
         with sqlite3.connect(f"file:{self.db_path}?mode=ro", uri=True, timeout=30) as db:
-            return db.execute(sql, params).fetchall()
+            return db.execute(sql).fetchall()
 
     def send_task(self, name: str, *args: Any) -> None:
         from celery import Celery

@@ -62,11 +62,15 @@ def test_it_retakes_a_claim_left_by_a_dead_worker(project: Any, owner: Any,
     dead = timezone.now() - timedelta(minutes=5)
     Delivery.objects.filter(id=delivery_id).update(claimed_at=dead, attempts=1)
     swept: list[int] = []
+    DeliveryAttempt.objects.create(delivery_id=delivery_id, channel_id=Delivery.objects.get(
+        id=delivery_id).channel_id, at=dead, outcome="started")  # as the dead worker left it
     assert deliveries_sweep(now=timezone.now(), enqueue=lambda i, d: swept.append(i)) == [
         delivery_id]
     assert delivery_send(delivery_id=swept[0]) == "ok"
     assert Delivery.objects.get(id=delivery_id).attempts == 2
     assert len(receiver.got) == 1
+    outcomes = list(DeliveryAttempt.objects.order_by("at").values_list("outcome", flat=True))
+    assert outcomes == ["interrupted", "ok"]
 
 
 @pytest.mark.parametrize("status", [500, 503, 429])

@@ -15,24 +15,43 @@ from collections.abc import Iterator
 import pytest
 
 from tests.alerts.receiver import Receiver
-from tests.alerts.stack import Stack, redis_available
+from tests.alerts.stack import (
+    Stack,
+    postgres_available,
+    postgres_database_create,
+    postgres_database_drop,
+    redis_available,
+)
 from tests.alerts.streamer import RunStreamer
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
 WINDOW_MINUTES = 0.1  # 6 s of low utilisation fires the alert
 
 
-@pytest.fixture(scope="module")
-def stack() -> Iterator[Stack]:
+def missing(reason: str) -> None:
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"{reason} (required under CI=true)")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def stack(request: pytest.FixtureRequest) -> Iterator[Stack]:
     if not redis_available():
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail("Redis is not answering on 127.0.0.1:6379 (required under CI=true)")
-        pytest.skip("Redis is not answering on 127.0.0.1:6379")
-    running = Stack(interval_s=1.0, claim_s=4.0).start()
+        missing("Redis is not answering on 127.0.0.1:6379")
+    database_url = ""
+    if request.param == "postgresql":
+        if not postgres_available():
+            missing("PostgreSQL is not answering on 127.0.0.1:5432")
+        database_url = postgres_database_create()
+    # Two worker processes, so duplicate tasks really run side by side.
+    running = Stack(interval_s=1.0, claim_s=4.0, worker_concurrency=2,
+                    database_url=database_url)
     try:
-        yield running
+        yield running.start()
     finally:
         running.stop()
+        if database_url:
+            postgres_database_drop(database_url)
 
 
 def project_with_webhook(stack: Stack, *, name: str, url: str) -> str:
@@ -67,7 +86,9 @@ def test_it_fires_once_then_resolves_once(stack: Stack) -> None:
             assert firing["run"]["url"].endswith(f"/runs/{run.run_id}/")
 
             # The same work handed to the worker again sends nothing more.
-            (delivery_id,) = stack.query("select id from alerts_delivery")[0]
+            (delivery_id,) = stack.query(
+                "select d.id from alerts_delivery d join alerts_channel c on c.id = d.channel_id"
+                " join projects_project p on p.id = c.project_id where p.name = 'e2e-fire'")[0]
             for _ in range(3):
                 stack.send_task("perfweb.alerts.tasks.deliver_task", delivery_id)
                 stack.send_task("perfweb.alerts.tasks.alerts_tick_task")
@@ -81,9 +102,14 @@ def test_it_fires_once_then_resolves_once(stack: Stack) -> None:
             run.finish()
         assert [b["event"] for b in receiver.bodies()] == ["firing", "resolved"]
         assert not run.errors
-    rows = stack.query("select kind from alerts_alertevent order by at")
-    assert rows == [("firing",), ("resolved",)]
-    attempts = stack.query("select outcome from alerts_deliveryattempt")
+    in_project = ("join alerts_channel c on c.id = a.channel_id join projects_project p "
+                  "on p.id = c.project_id where p.name = 'e2e-fire'")
+    events = stack.query(
+        "select e.kind from alerts_alertevent e join alerts_alert a on a.id = e.alert_id "
+        "join alerts_alertrule r on r.id = a.rule_id join projects_project p "
+        "on p.id = r.project_id where p.name = 'e2e-fire' order by e.at")
+    assert events == [("firing",), ("resolved",)]
+    attempts = stack.query(f"select a.outcome from alerts_deliveryattempt a {in_project}")
     assert attempts == [("ok",), ("ok",)]
 
 
@@ -109,3 +135,8 @@ def test_it_delivers_once_after_the_worker_is_killed_mid_delivery(stack: Stack) 
         "join alerts_channel c on c.id = d.channel_id join projects_project p "
         "on p.id = c.project_id where p.name = 'e2e-kill' and d.event_id is not null")
     assert project_delivery == [(2, 1)]
+    attempts = stack.query(
+        "select a.outcome from alerts_deliveryattempt a join alerts_channel c on c.id = "
+        "a.channel_id join projects_project p on p.id = c.project_id where p.name = 'e2e-kill' "
+        "order by a.at")
+    assert attempts == [("interrupted",), ("ok",)]
