@@ -116,7 +116,7 @@ def suggested_knobs(*, finding_id: str, knob_text: str = "", facts: dict | None 
     except ValueError:
         pass
     facts = facts or {}
-    cores = _int_fact(facts, "host.cpu_count", "cpu.usable_cores", "os.cpu_count") or 4
+    cores = _int_fact(facts, "host.usable_cores", "host.cpu_count") or 4
     defaults = {
         "num_workers": max(1, min(cores - 1, 8)),
         "threads": max(1, cores),
