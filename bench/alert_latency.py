@@ -195,6 +195,7 @@ Channel.objects.create(project=p, kind="webhook", name="bench", config={{"url": 
             stack.stop()
     ok = sorted(x for x in latencies if x == x)
     ticks = tick_durations(stack)
+    stack.cleanup()
     figures = {
         "runs": args.runs, "interval_s": args.interval, "trials": len(latencies),
         "delivered": len(ok), "missed": len(latencies) - len(ok),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import sqlite3
@@ -144,6 +145,10 @@ class Stack:
                     os.killpg(process.pid, signal.SIGKILL)
                     process.wait(timeout=5)
         self._drop_queue()
+
+    def cleanup(self) -> None:
+        """Removes the temporary directory (database, logs, beat schedule)."""
+        shutil.rmtree(self.dir, ignore_errors=True)
 
     def logs(self) -> str:
         return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}"

@@ -50,6 +50,7 @@ def stack(request: pytest.FixtureRequest) -> Iterator[Stack]:
         yield running.start()
     finally:
         running.stop()
+        running.cleanup()
         if database_url:
             postgres_database_drop(database_url)
 
