@@ -95,8 +95,13 @@ def format_value(value: Any, unit: str) -> str:
         return _bytes(float(value))
     if unit == "s" and abs(value) < 1:
         return f"{1000 * value:.1f} ms"
-    number = f"{value:,}" if isinstance(value, int) else f"{value:,.4g}"
-    return f"{number} {unit}".strip() if unit != "%" else f"{number} %"
+    return f"{_number(value)} {unit}".strip()
+
+
+def _number(value: int | float) -> str:
+    if isinstance(value, int) or abs(value) >= 1000:
+        return f"{value:,.0f}"
+    return f"{value:.3g}"
 
 
 def _bytes(value: float) -> str:
