@@ -144,6 +144,21 @@ def _workload_pids(runner: psutil.Process) -> list[psutil.Process]:
     return [p for p in runner.children(recursive=True) if "input_bound" in " ".join(p.cmdline())]
 
 
+def test_cancelling_from_the_dashboard_kills_the_workload(stack: Stack) -> None:
+    run_id = stack.attach("python", SCRIPT, "--steps", "30")
+    job_id = stack.try_fix(run_id, knob="num_workers=2", rounds=5, steps=400)
+    runner = psutil.Process(stack.processes["runner"].pid)
+    deadline = time.monotonic() + 60
+    while not (workload := _workload_pids(runner)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert workload, stack.logs()
+    stack.form(f"/jobs/{job_id}/cancel", {})
+    _gone, alive = psutil.wait_procs(workload, timeout=20)  # seen at the next heartbeat
+    assert not alive, f"still running after cancel: {[p.cmdline() for p in alive]}"
+    state = stack.job_state(job_id)
+    assert state["status"] == "cancelled" and state["error"] == "cancelled from the dashboard"
+
+
 def test_a_runner_that_dies_leaves_no_orphans_and_the_job_fails(stack: Stack) -> None:
     shared = stack.processes.pop("runner")
     os.killpg(shared.pid, signal.SIGTERM)
