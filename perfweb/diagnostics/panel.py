@@ -72,7 +72,7 @@ def _verification(raw: dict[str, Any] | None) -> dict[str, Any] | None:
 def _pct(fraction: float | None, *, digits: int = 1) -> str:
     if fraction is None:
         return "—"
-    return f"{100 * fraction:.{digits}f} %"
+    return f"{100 * fraction:.{digits}f} %".replace("-", "−")
 
 
 def _evidence_row(item: dict[str, Any]) -> dict[str, str]:

@@ -76,8 +76,8 @@ def test_it_shows_a_verified_fix_with_its_measured_gain(diagnosed: Run, owner: A
         measured_gain=0.5, speedup=2.0, ci_low=1.8, ci_high=2.2,
     )  # fmt: skip
     html = logged_in(owner).get(PAGE).content.decode()
-    assert "badge-verified" in html and "verified · 50.0 % measured" in html
-    assert "2.00× faster, 95% CI 1.80–2.20×" in html
+    assert "badge-verified" in html and "verified · 50.0 % saved" in html
+    assert "speed-up 2.00× (95% CI 1.80–2.20×), 50.0 % of step time" in html
     assert f'href="/jobs/{job.id}/"' in html
 
 
