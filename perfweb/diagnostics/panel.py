@@ -6,6 +6,7 @@ from typing import Any
 
 from perfweb.dashboard.panels import Panel
 from perfweb.diagnostics import selectors
+from perfweb.diagnostics.formatting import format_value, pct
 from perfweb.diagnostics.models import Finding
 from perfweb.jobs.selectors import measured_gains_for_run
 from perfweb.runs.models import Run
@@ -44,9 +45,9 @@ def finding_view(*, finding: Finding, verification: dict[str, Any] | None) -> di
         "title": finding.title,
         "risk": finding.risk,
         "risk_label": RISK_LABELS.get(finding.risk, finding.risk),
-        "gain_pct": _pct(finding.estimated_gain),
+        "gain_pct": pct(finding.estimated_gain),
         "gain_basis": finding.gain_basis,
-        "confidence_pct": _pct(finding.confidence, digits=0),
+        "confidence_pct": pct(finding.confidence, digits=0),
         "evidence": [_evidence_row(item) for item in finding.evidence],
         "fix_text": fix.get("text", ""),
         "snippet": fix.get("snippet", ""),
@@ -61,18 +62,12 @@ def _verification(raw: dict[str, Any] | None) -> dict[str, Any] | None:
         return None
     return {
         "status": raw["status"],
-        "gain_pct": _pct(raw["measured_gain"]),
+        "gain_pct": pct(raw["measured_gain"]),
         "speedup": f"{raw['speedup']:.2f}×",
         "ci": f"{raw['ci_low']:.2f}–{raw['ci_high']:.2f}×",
         "job_id": raw["job_id"],
         "reason": raw.get("reason", ""),
     }
-
-
-def _pct(fraction: float | None, *, digits: int = 1) -> str:
-    if fraction is None:
-        return "—"
-    return f"{100 * fraction:.{digits}f} %".replace("-", "−")
 
 
 def _evidence_row(item: dict[str, Any]) -> dict[str, str]:
@@ -81,32 +76,3 @@ def _evidence_row(item: dict[str, Any]) -> dict[str, str]:
         "value": format_value(item.get("value"), str(item.get("unit", ""))),
         "source": str(item.get("source", "")),
     }
-
-
-def format_value(value: Any, unit: str) -> str:
-    """A number with its unit, the way people read it (a fraction as a percentage)."""
-    if isinstance(value, bool) or unit == "flag":
-        return {True: "yes", False: "no"}.get(value, str(value))
-    if not isinstance(value, int | float):
-        return f"{value} {unit}".strip()
-    if unit == "fraction":
-        return f"{100 * value:.1f} %"
-    if unit == "bytes":
-        return _bytes(float(value))
-    if unit == "s" and abs(value) < 1:
-        return f"{1000 * value:.1f} ms"
-    return f"{_number(value)} {unit}".strip()
-
-
-def _number(value: int | float) -> str:
-    if isinstance(value, int) or abs(value) >= 1000:
-        return f"{value:,.0f}"
-    return f"{value:.3g}"
-
-
-def _bytes(value: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(value) < 1024:
-            return f"{value:.1f} {unit}" if unit != "B" else f"{value:.0f} B"
-        value /= 1024
-    return f"{value:.1f} TiB"

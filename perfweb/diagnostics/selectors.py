@@ -10,6 +10,7 @@ from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
 
 from perfweb.diagnostics import conf
+from perfweb.diagnostics.formatting import evidence_text
 from perfweb.diagnostics.models import Finding, RunDiagnosis, Trace
 from perfweb.runs.models import Run
 
@@ -25,6 +26,22 @@ def findings_for_run(*, run: Run) -> list[Finding]:
 def finding_top_for_run(*, run: Run) -> Finding | None:
     """The run's best-ranked stored finding (what an alert's "why" should say), or None."""
     return Finding.objects.filter(run=run).order_by("rank", "rule_id").first()
+
+
+def finding_brief_for_run(*, run: Run) -> dict[str, Any] | None:
+    """The top finding in the words an alert message quotes (perfweb.alerts.why):
+    `{"fix_id", "title", "gain", "evidence", "fix"}`, or None before any finding."""
+    top = finding_top_for_run(run=run)
+    if top is None:
+        return None
+    gain = top.measured_gain if top.measured_gain is not None else top.estimated_gain
+    return {
+        "fix_id": top.rule_id,
+        "title": top.title,
+        "gain": gain,
+        "evidence": "; ".join(evidence_text(item) for item in top.evidence[:3]),
+        "fix": (top.fix or {}).get("text", ""),
+    }
 
 
 def finding_json(*, finding: Finding) -> dict[str, Any]:

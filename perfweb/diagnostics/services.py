@@ -114,8 +114,12 @@ def trace_analyse(*, trace: Trace) -> Trace:
         if trace.rank is not None:
             loaded.rank = trace.rank
         trace.summary, trace.analysis_error = summary_to_json(summarize(loaded)), ""
-    except (InputError, OSError, ValueError) as error:
+    except InputError as error:
         trace.summary, trace.analysis_error = None, str(error)[:500]
+    except Exception as error:  # noqa: BLE001 - a trace the analysis fails on stays failed
+        # (time limit, memory, a bug): retrying it would stall every diagnosis of the run.
+        log.exception("analysis of trace %s failed", trace.id)
+        trace.summary, trace.analysis_error = None, f"analysis failed: {error!r}"[:500]
     trace.analysed_at = timezone.now()
     trace.save(update_fields=["summary", "analysis_error", "analysed_at"])
     return trace

@@ -76,3 +76,20 @@ def test_a_trace_adds_its_evidence_to_the_metric_stream(
     assert top is not None and top.rule_id == "dataloader.num_workers"
     sources = {e["source"] for e in top.evidence}
     assert "trace" in sources and "metrics (agent step timings)" in sources
+
+
+def test_a_trace_the_analysis_fails_on_does_not_stall_the_diagnosis(
+    started: Agent, django_capture_on_commit_callbacks: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from perfweb.diagnostics import services
+
+    def explode(trace: Any) -> Any:
+        raise MemoryError("8 GB trace")
+
+    monkeypatch.setattr(services, "summarize", explode)
+    with django_capture_on_commit_callbacks(execute=True):
+        upload(started, trace_bytes())
+    trace = Trace.objects.get()
+    assert trace.analysis_error == "analysis failed: MemoryError('8 GB trace')"
+    state = RunDiagnosis.objects.get(run=trace.run)
+    assert state.diagnosed_at is not None and state.error == ""

@@ -1,0 +1,86 @@
+"""A verified fix re-ranks the run; the brief an alert quotes; numbers shown with units."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from perfweb.diagnostics.formatting import evidence_text, format_value, pct
+from perfweb.diagnostics.models import Finding
+from perfweb.diagnostics.selectors import finding_brief_for_run
+from perfweb.diagnostics.tasks import diagnose_run_task
+from perfweb.jobs.models import FixVerification, Job
+from perfweb.jobs.signals import fix_verification_changed
+from perfweb.runs.models import Run
+from tests.server.agent_client import Agent
+
+from .conftest import input_bound_run
+
+pytestmark = pytest.mark.django_db
+
+
+def test_a_verification_re_ranks_the_run_once_it_commits(
+    agent: Agent, owner: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    input_bound_run(agent)
+    run = Run.objects.get()
+    diagnose_run_task(run.id)
+    job = Job.objects.create(
+        project=run.project, run=run, host=run.host, created_by=owner,
+        knobs={"num_workers": 4}, finding_id="dataloader.num_workers",
+    )  # fmt: skip
+    verification = FixVerification.objects.create(
+        run=run, finding_id="dataloader.num_workers", job=job, status="verified",
+        measured_gain=0.7, speedup=3.3, ci_low=3.0, ci_high=3.6,
+    )  # fmt: skip
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        fix_verification_changed.send(
+            sender=FixVerification, run=run, finding_id="dataloader.num_workers",
+            verification=verification,
+        )  # fmt: skip
+    assert len(callbacks) == 1
+    top = Finding.objects.get(run=run, rank=1)
+    assert (top.rule_id, top.measured_gain, top.score) == ("dataloader.num_workers", 0.7, 0.7)
+
+
+def test_it_gives_alerts_the_top_finding_in_words(agent: Agent) -> None:
+    input_bound_run(agent)
+    run = Run.objects.get()
+    assert finding_brief_for_run(run=run) is None
+    diagnose_run_task(run.id)
+    brief = finding_brief_for_run(run=run)
+    assert brief is not None
+    assert brief["fix_id"] == "dataloader.num_workers"
+    assert brief["title"] == "60% of each step waits for the DataLoader"
+    assert brief["gain"] == pytest.approx(0.54, abs=0.01)
+    assert brief["evidence"].startswith(
+        "step time waiting on the DataLoader: 60.0 % (metrics (agent step timings)); "
+        "num_workers: 0 workers (facts)"
+    )
+    assert brief["fix"].startswith("Load batches in")
+
+
+@pytest.mark.parametrize(
+    ("value", "unit", "text"),
+    [
+        (0.123, "fraction", "12.3 %"),
+        (3, "workers", "3 workers"),
+        (True, "flag", "yes"),
+        (0.0123, "s", "12.3 ms"),
+        (2.5, "s", "2.5 s"),
+        (50161.2, "µs", "50,161 µs"),
+        (4.1071, "µs", "4.11 µs"),
+        (3 * 1024**3, "bytes", "3.0 GiB"),
+        (97.0, "%", "97 %"),
+        ("nccl", "", "nccl"),
+    ],
+)
+def test_it_shows_numbers_with_their_units(value: Any, unit: str, text: str) -> None:
+    assert format_value(value, unit) == text
+
+
+def test_it_writes_percentages_and_evidence_in_words() -> None:
+    assert pct(0.54) == "54.0 %" and pct(-0.02) == "−2.0 %" and pct(None) == "—"
+    item = {"label": "num_workers", "value": 0, "unit": "workers", "source": "facts"}
+    assert evidence_text(item) == "num_workers: 0 workers (facts)"
