@@ -232,3 +232,18 @@ def write_result(name: str, result: dict[str, Any]) -> Path:
     path = RESULTS / f"{name}.json"
     path.write_text(json.dumps(result, indent=2) + "\n")
     return path
+
+
+def get_timed(host: str, port: int, path: str, *, token: str) -> tuple[int, bytes, float, float]:
+    """GET on a fresh connection: (status, body, server ms from Server-Timing, wall ms)."""
+    began = time.perf_counter()
+    connection = http.client.HTTPConnection(host, port, timeout=300)
+    try:
+        connection.request("GET", path, headers={"Authorization": f"Bearer {token}"})
+        response = connection.getresponse()
+        body = response.read()
+        wall = 1000 * (time.perf_counter() - began)
+        timing = response.getheader("Server-Timing") or "app;dur=nan"
+        return response.status, body, float(timing.split("dur=")[1]), wall
+    finally:
+        connection.close()

@@ -42,9 +42,11 @@ class Chunk(models.Model):
     v_max = models.FloatField()
     t_at_min = models.FloatField()
     t_at_max = models.FloatField()
-    data = models.BinaryField()
-    rollup_fine = models.BinaryField(null=True)
+    # Smallest first and `data` last: SQLite reads a row's columns in order, through the
+    # overflow pages of any big blob before the one asked for.
     rollup_coarse = models.BinaryField(null=True)
+    rollup_fine = models.BinaryField(null=True)
+    data = models.BinaryField()
 
     class Meta:
         indexes = [models.Index(fields=["series", "t_min"], name="chunk_series_tmin")]
