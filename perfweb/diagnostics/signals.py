@@ -1,12 +1,16 @@
-"""A verified or refuted fix re-ranks the run's findings (measured gain beats estimate)."""
+"""A verified or refuted fix re-ranks the run's findings (measured gain beats estimate); a
+deleted trace row (its run deleted) takes its file with it."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from django.db import transaction
+from django.db.models.signals import post_delete
 from django.dispatch import receiver
 
+from perfweb.diagnostics import conf
+from perfweb.diagnostics.models import Trace
 from perfweb.diagnostics.services import diagnosis_enqueue
 from perfweb.jobs.signals import fix_verification_changed
 
@@ -15,3 +19,9 @@ from perfweb.jobs.signals import fix_verification_changed
 def _rerank_on_verification(sender: Any, *, run: Any, **kwargs: Any) -> None:
     run_pk = run.pk
     transaction.on_commit(lambda: diagnosis_enqueue(run_pk=run_pk))
+
+
+@receiver(post_delete, sender=Trace, dispatch_uid="diagnostics-trace-file")
+def _remove_trace_file(sender: Any, *, instance: Trace, **kwargs: Any) -> None:
+    path = conf.trace_dir() / instance.path
+    transaction.on_commit(lambda: path.unlink(missing_ok=True))

@@ -180,3 +180,13 @@ def test_it_takes_a_gzip_encoded_request(started: Agent, trace_dir: Path) -> Non
     reply = started.post("trace", body, gzipped=True)
     assert reply.json()["complete"] is True
     assert stored_file(trace_dir, started).is_file()
+
+
+def test_deleting_the_run_removes_its_trace_files(
+    started: Agent, trace_dir: Path, django_capture_on_commit_callbacks: Any
+) -> None:
+    upload(started, trace_bytes())
+    assert stored_file(trace_dir, started).is_file()
+    with django_capture_on_commit_callbacks(execute=True):
+        Trace.objects.get().run.delete()
+    assert not stored_file(trace_dir, started).exists()
