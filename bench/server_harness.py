@@ -45,10 +45,11 @@ class Database:
             import psycopg
 
             with psycopg.connect(self.url) as connection:
-                return sum(
-                    connection.execute("select pg_total_relation_size(%s)", (table,)).fetchone()[0]
+                sizes = [
+                    connection.execute("select pg_total_relation_size(%s)", (table,)).fetchone()
                     for table in tables
-                )
+                ]
+                return sum(int(size[0]) for size in sizes if size is not None)
         path = self.url.removeprefix("sqlite:///")
         with sqlite3.connect(path) as connection:
             connection.execute("pragma wal_checkpoint(truncate)")

@@ -217,7 +217,8 @@ def _all_numbers(items: list[dict[str, Any]]) -> list[tuple[np.ndarray, np.ndarr
     is off, and _series_numbers then finds and names the first bad entry."""
     if not items:
         return []
-    ts, vs = [item.get("t") for item in items], [item.get("v") for item in items]
+    ts: list[Any] = [item.get("t") for item in items]
+    vs: list[Any] = [item.get("v") for item in items]
     pairs = zip(ts, vs, strict=True)
     if not all(type(t) is list and type(v) is list and len(t) == len(v) for t, v in pairs):
         return None

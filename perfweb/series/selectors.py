@@ -26,8 +26,9 @@ from perfweb.series.models import Chunk, Series
 
 OVERSAMPLING = 16
 RAW, FINE, COARSE, EXTREMES = "data", "rollup_fine", "rollup_coarse", "extremes"
-_CHUNK_COLUMNS = ("id", "series_id", "t_min", "t_max", "count", "t_at_min", "v_min", "t_at_max")
-_CHUNK_COLUMNS += ("v_max",)
+_CHUNK_COLUMNS = (
+    "id", "series_id", "t_min", "t_max", "count", "t_at_min", "v_min", "t_at_max", "v_max",
+)  # fmt: skip
 
 
 @dataclass
@@ -129,7 +130,8 @@ class _Plan:
 def _plan(
     rows: list[tuple[Any, ...]], *, start: float | None, end: float | None, budget: int
 ) -> _Plan:
-    inside, edges = [], []
+    inside: list[tuple[Any, ...]] = []
+    edges: list[tuple[Any, ...]] = []
     for row in rows:
         within = (start is None or row[2] >= start) and (end is None or row[3] <= end)
         (inside if within else edges).append(row)

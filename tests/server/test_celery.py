@@ -13,7 +13,7 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -103,7 +103,7 @@ class Server:
 
 
 @pytest.fixture
-def server_factory(tmp_path: Path) -> Iterator[type[Server]]:
+def server_factory(tmp_path: Path) -> Iterator[Callable[..., Server]]:
     started: list[Server] = []
 
     def make(**environ: str) -> Server:
@@ -113,7 +113,7 @@ def server_factory(tmp_path: Path) -> Iterator[type[Server]]:
         server.manage("shell", "-c", STALE_RUN)
         return server
 
-    yield make  # type: ignore[misc]
+    yield make
     for server in started:
         server.stop()
 
@@ -124,7 +124,9 @@ WORKER = ("worker", "--pool", "solo", "--without-mingle", "--without-gossip", "-
 @pytest.mark.redis
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-def test_it_sweeps_lost_runs_through_a_real_worker_over_redis(server_factory: type[Server]) -> None:
+def test_it_sweeps_lost_runs_through_a_real_worker_over_redis(
+    server_factory: Callable[..., Server],
+) -> None:
     require_redis()
     queue = f"perfweb-test-{os.getpid()}"  # Redis is shared: nobody else listens here
     server = server_factory(REDIS_URL=f"redis://{REDIS_HOST}:{REDIS_PORT}/14")
@@ -153,7 +155,9 @@ def test_it_sweeps_lost_runs_through_a_real_worker_over_redis(server_factory: ty
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-def test_it_runs_beat_and_worker_over_the_embedded_broker(server_factory: type[Server]) -> None:
+def test_it_runs_beat_and_worker_over_the_embedded_broker(
+    server_factory: Callable[..., Server],
+) -> None:
     server = server_factory(PERFWEB_SWEEP_INTERVAL="1", PERFWEB_COMPACT_INTERVAL="3600")
     server.celery(*WORKER)
     server.celery("beat", "-l", "info")
