@@ -120,8 +120,8 @@ def alert_observe(*, rule: AlertRule, run: Run, verdict: Verdict, window: RunWin
         kind, to_state = AlertEvent.FIRING, Alert.FIRING
     elif not verdict.holds and alert.state == Alert.FIRING:
         kind, to_state = AlertEvent.RESOLVED, Alert.RESOLVED
-    else:
-        if alert.summary != verdict.summary[:500]:
+    else:  # no change; keep a firing alert's numbers current for the page
+        if alert.state == Alert.FIRING and alert.summary != verdict.summary[:500]:
             Alert.objects.filter(id=alert.id).update(summary=verdict.summary[:500])
         return None
     finding = top_finding_for_run(run=run, window=_with_why_series(window, run=run),
