@@ -18,6 +18,7 @@ import json
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -99,12 +100,13 @@ class Arm:
 
     def to_dict(self) -> dict:
         """JSON-ready form (progress events of a job)."""
-        median = sorted(self.step_s)[len(self.step_s) // 2] if self.step_s else None
+        steps = self.step_s
         return {
             "round": self.round,
             "arm": self.arm,
-            "step_s": self.step_s,
-            "median_s": median,
+            "step_s": steps,
+            "median_s": statistics.median(steps) if steps else None,
+            "mean_s": statistics.fmean(steps) if steps else None,
             "loss_visible": bool(self.loss),
             "wall_s": self.wall_s,
         }

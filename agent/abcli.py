@@ -81,8 +81,8 @@ def ab_main(args: argparse.Namespace) -> int:
 
     def report(arm: Arm) -> None:
         if not args.quiet:
-            median = arm.to_dict()["median_s"]
-            sys.stderr.write(f"round {arm.round} {arm.arm:9s} median {median:.4f} s/step\n")
+            mean = arm.to_dict()["mean_s"]
+            sys.stderr.write(f"round {arm.round} {arm.arm:9s} {mean:.4f} s/step\n")
 
     try:
         result = run_ab(plan, on_arm=report)
@@ -110,9 +110,11 @@ def format_text(result: Comparison, plan: AbPlan) -> str:
     return "\n".join(
         [
             f"knobs      {knobs.format_knobs(plan.knobs)}",
-            f"baseline   {result.baseline_step_s:.4f} s/step (median, "
+            f"baseline   {result.baseline_step_s:.4f} s/step (mean; median "
+            f"{result.baseline_median_s:.4f}; "
             f"{result.rounds} rounds x {result.steps_per_arm} steps)",
-            f"candidate  {result.candidate_step_s:.4f} s/step",
+            f"candidate  {result.candidate_step_s:.4f} s/step (mean; median "
+            f"{result.candidate_median_s:.4f})",
             f"speedup    {result.speedup:.2f}x "
             f"(95% CI {result.ci_low:.2f}x - {result.ci_high:.2f}x)",
             f"verdict    {result.verdict}",

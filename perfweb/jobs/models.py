@@ -67,6 +67,7 @@ class JobArm(models.Model):
     round = models.PositiveSmallIntegerField()
     arm = models.CharField(max_length=10)  # "baseline" | "candidate"
     median_s = models.FloatField()
+    mean_s = models.FloatField(null=True, blank=True)  # what the speedup compares
     step_s = models.JSONField(default=list)
     received_at = models.DateTimeField(auto_now_add=True)
 

@@ -49,7 +49,7 @@ def job_for_runner(*, job: Job) -> dict[str, Any]:
 
 def job_state(*, job: Job) -> dict[str, Any]:
     """The job page's poll: status, progress and the rounds measured so far."""
-    arms = list(job.arms.order_by("round", "arm").values("round", "arm", "median_s"))
+    arms = list(job.arms.order_by("round", "arm").values("round", "arm", "median_s", "mean_s"))
     total = 2 * job.rounds
     return {
         "id": job.id,

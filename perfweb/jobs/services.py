@@ -158,9 +158,12 @@ def _store_arm(*, job: Job, arm: Mapping[str, Any]) -> None:
         raise JobError("arm.step_s must be a list of at most 10000 numbers")
     step_s = [_finite(value, f"arm.step_s[{i}]") for i, value in enumerate(steps)]
     median = _finite(arm.get("median_s"), "arm.median_s")
+    mean = _finite(arm["mean_s"], "arm.mean_s") if arm.get("mean_s") is not None else None
     try:
         with transaction.atomic():
-            JobArm.objects.create(job=job, round=number, arm=which, median_s=median, step_s=step_s)
+            JobArm.objects.create(
+                job=job, round=number, arm=which, median_s=median, mean_s=mean, step_s=step_s
+            )
     except IntegrityError:
         pass  # the same arm posted twice (a retry): stored once
 

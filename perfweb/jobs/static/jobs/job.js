@@ -8,7 +8,7 @@
     const arms = { baseline: { x: [], y: [] }, candidate: { x: [], y: [] } };
     for (const arm of state.arms) {
       arms[arm.arm].x.push(arm.round);
-      arms[arm.arm].y.push(arm.median_s);
+      arms[arm.arm].y.push(arm.mean_s ?? arm.median_s);
     }
     const traces = Object.entries(arms).map(([name, points]) => ({
       name, x: points.x, y: points.y, type: "scatter", mode: "lines+markers",
@@ -16,7 +16,7 @@
     Plotly.react("rounds-chart", traces, {
       margin: { t: 10, r: 10, b: 40, l: 60 },
       xaxis: { title: { text: "round" }, dtick: 1 },
-      yaxis: { title: { text: "median step time (s)" }, rangemode: "tozero" },
+      yaxis: { title: { text: "time per step (s), mean of the round" }, rangemode: "tozero" },
     }, { displayModeBar: false, responsive: true });
   }
 
