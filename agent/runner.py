@@ -195,9 +195,11 @@ class Runner:
         self.cancel.clear()
         done = threading.Event()
         ttl = job.get("claim_ttl_s")
-        every = min(self.heartbeat_s, ttl / 3) if isinstance(ttl, int | float) and ttl > 0 else None
+        every = self.heartbeat_s
+        if isinstance(ttl, int | float) and ttl > 0:
+            every = max(1.0, min(every, ttl / 3))  # never hammer the server, whatever it says
         beat = threading.Thread(
-            target=self._heartbeat, args=(base, claim, done, every or self.heartbeat_s), daemon=True
+            target=self._heartbeat, args=(base, claim, done, every), daemon=True
         )
         beat.start()
         try:
