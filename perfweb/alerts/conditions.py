@@ -46,6 +46,7 @@ class Finding:
     title: str
     gain: float | None = None  # fraction of step time recoverable, 0..1
     evidence: str = ""
+    fix: str = ""
 
 
 @dataclass(frozen=True)

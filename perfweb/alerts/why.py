@@ -1,9 +1,11 @@
 """The message says why: the run's top diagnosis at the moment the alert changed.
 
-Stored findings win when the server keeps them (a model named `Finding` with a `run` foreign
-key, in any installed app). Until then the why is derived from the same metric window the
-rule was evaluated on: input bound when the loop waited on the DataLoader for a large share
-of step time, otherwise the condition's own diagnosis with its numbers.
+For the performance conditions (low utilisation, step-time regression, a large finding) the
+recommender's top stored finding for the run is the why (perfweb.diagnostics'
+`finding_brief_for_run`). Without one — and for the system conditions (idle GPU holding
+memory, stalled, throttling), whose cause is not a code fix — the why is derived from the
+metric window the rule was evaluated on: input bound when the loop waited on the DataLoader
+for a large share of step time, otherwise the condition's own diagnosis with its numbers.
 """
 
 from __future__ import annotations
@@ -24,14 +26,21 @@ FIX_TEXT = {
 }
 # The loop waiting on the DataLoader for at least this share of step time is input bound.
 INPUT_BOUND_SHARE = 0.10
+# Conditions whose cause is outside the script: the condition itself is the diagnosis.
+SYSTEM_KINDS = frozenset({"idle_memory_held", "stalled", "throttling"})
 
 
 def top_finding_for_run(*, run: Any, window: RunWindow | None = None,
                         verdict: Verdict | None = None, kind: str = "") -> Finding | None:
-    """The stored top finding of `run`, else one derived from the evaluated window."""
-    stored = _stored_top_finding(run=run)
-    if stored is not None or window is None:
-        return stored
+    """The run's top stored finding, else one derived from the evaluated window."""
+    if kind not in SYSTEM_KINDS:
+        stored = _stored_top_finding(run=run)
+        if stored is not None:
+            return stored
+    if window is None:
+        return None
+    if kind in SYSTEM_KINDS:
+        return _from_condition(kind=kind, window=window, verdict=verdict)
     return _input_bound(window) or _from_condition(kind=kind, window=window, verdict=verdict)
 
 
@@ -40,31 +49,21 @@ def as_payload(finding: Finding | None) -> dict[str, Any] | None:
         return None
     return {"fix_id": finding.fix_id, "title": finding.title, "evidence": finding.evidence,
             "gain_pct": None if finding.gain is None else round(100 * finding.gain, 1),
-            "fix": FIX_TEXT.get(finding.fix_id, "")}
-
-
-def _findings_model() -> Any:
-    for model in apps.get_models():
-        if model.__name__ == "Finding" and any(f.name == "run" for f in model._meta.fields):
-            return model
-    return None
+            "fix": finding.fix or FIX_TEXT.get(finding.fix_id, "")}
 
 
 def _stored_top_finding(*, run: Any) -> Finding | None:
-    model = _findings_model()
-    if model is None:
+    if not apps.is_installed("perfweb.diagnostics"):
         return None
-    names = {f.name for f in model._meta.fields}
-    order = next((o for o in ("rank", "-score", "-estimated_gain", "-gain")
-                  if o.lstrip("-") in names), "-id")
-    row = model.objects.filter(run=run).order_by(order).first()
-    if row is None:
+    from perfweb.diagnostics.selectors import finding_brief_for_run
+
+    brief = finding_brief_for_run(run=run)
+    if brief is None:
         return None
-    fix_id = next((getattr(row, n) for n in ("fix_id", "rule_id", "code") if n in names), "")
-    gain = next((getattr(row, n) for n in ("estimated_gain", "gain") if n in names), None)
-    return Finding(fix_id=str(fix_id), title=str(getattr(row, "title", fix_id)),
+    gain = brief.get("gain")
+    return Finding(fix_id=str(brief["fix_id"]), title=str(brief["title"]),
                    gain=float(gain) if gain is not None else None,
-                   evidence=str(getattr(row, "evidence", ""))[:300])
+                   evidence=str(brief.get("evidence", ""))[:300], fix=str(brief.get("fix", "")))
 
 
 def _input_bound(window: RunWindow) -> Finding | None:

@@ -191,3 +191,35 @@ def test_it_gives_projects_from_before_the_alerts_app_their_default_rules(owner:
     assert rules.filter(kind="low_utilization", enabled=True, threshold=30,
                         window_minutes=5).exists()
     assert rules.count() == 6
+
+
+def stored_finding(run: Run, *, rule_id: str, gain: float) -> None:
+    from perfweb.diagnostics.models import Finding
+
+    Finding.objects.create(run=run, rule_id=rule_id, rank=1, score=gain, title="input bound",
+                           risk="data-path", confidence=0.9, estimated_gain=gain,
+                           fix={"text": "raise num_workers to 8"})
+
+
+def test_it_quotes_the_runs_top_stored_finding_as_the_why(project: Any, channel: Any,
+                                                         low_util_only: AlertRule) -> None:
+    run = run_create(project=project)
+    stored_finding(run, rule_id="dataloader.num_workers", gain=0.41)
+    samples_add(run=run, name="gpu.utilization", values=10.0, end=time.time(), seconds=300)
+    tick()
+    why = AlertEvent.objects.get().payload["why"]
+    assert (why["fix_id"], why["gain_pct"], why["fix"]) == (
+        "dataloader.num_workers", 41.0, "raise num_workers to 8")
+
+
+def test_it_keeps_the_system_diagnosis_for_an_idle_gpu_holding_memory(project: Any,
+                                                                      channel: Any) -> None:
+    AlertRule.objects.filter(project=project).exclude(kind="idle_memory_held").update(
+        enabled=False)
+    run = run_create(project=project)
+    stored_finding(run, rule_id="dataloader.num_workers", gain=0.41)
+    now = time.time()
+    samples_add(run=run, name="gpu.utilization", values=0.0, end=now, seconds=600)
+    samples_add(run=run, name="gpu.memory_used", values=40 * GIB, end=now, seconds=600)
+    tick()
+    assert AlertEvent.objects.get().payload["why"]["fix_id"] == "gpu.idle_memory_held"
