@@ -15,6 +15,7 @@ TOAST), as ingested and after compaction, per sample. Writes bench/results/inges
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import threading
@@ -62,6 +63,10 @@ def run(args: argparse.Namespace) -> None:
     http_rate = h.median([r["samples_per_s"] for r in http_rounds])
     copy_rate = h.median([r["load_samples_per_s"] for r in raw_rounds])
     full_rate = h.median([r["pack_and_load_samples_per_s"] for r in raw_rounds])
+    row_rate = h.median([r["row_per_sample"]["samples_per_s"] for r in raw_rounds])
+    row_bytes = raw_rounds[-1]["row_per_sample"]["bytes_per_sample"]
+    http_per_cpu = h.median([r["samples_per_cpu_s"] for r in http_rounds])
+    raw_per_cpu = h.median([r["samples_per_cpu_s"] for r in raw_rounds])
     result = {
         "db": args.db,
         "config": vars(args),
@@ -72,6 +77,12 @@ def run(args: argparse.Namespace) -> None:
         "raw_pack_and_load_samples_per_s_median": full_rate,
         "ratio_http_vs_raw_load": http_rate / copy_rate,
         "ratio_http_vs_raw_pack_and_load": http_rate / full_rate,
+        "http_samples_per_cpu_s_median": http_per_cpu,
+        "raw_samples_per_cpu_s_median": raw_per_cpu,
+        "ratio_http_vs_raw_per_cpu_second": http_per_cpu / raw_per_cpu,
+        "row_per_sample_load_samples_per_s_median": row_rate,
+        "row_per_sample_bytes_per_sample": row_bytes,
+        "ratio_http_vs_row_per_sample_load": http_rate / row_rate,
         "samples_stored": http_samples,
         "bytes_per_sample_as_ingested": ingested / http_samples,
         "bytes_per_sample_after_compaction": compacted / http_samples,
@@ -94,6 +105,17 @@ def run(args: argparse.Namespace) -> None:
         f"[{args.db}] bytes/sample incl. indexes: {ingested / http_samples:.2f} as ingested, "
         f"{compacted / http_samples:.2f} after compaction (goal <= 16); "
         f"compaction {http_samples / compact_s:,.0f} samples/s"
+    )
+    busy = h.median([r["cores_busy"] for r in http_rounds])
+    print(
+        f"[{args.db}] per CPU-second of server + client + database processes: HTTP "
+        f"{http_per_cpu:,.0f}, raw {raw_per_cpu:,.0f} samples, "
+        f"ratio {http_per_cpu / raw_per_cpu:.2f};"
+        f" HTTP kept {busy:.2f} of {os.cpu_count()} cores busy (load avg {os.getloadavg()[0]:.1f})"
+    )
+    print(
+        f"[{args.db}] a row per sample instead: raw load {row_rate:,.0f} samples/s, "
+        f"{row_bytes:.0f} bytes/sample; HTTP/that {http_rate / row_rate:.2f}"
     )
     print(f"[{args.db}] wrote {path}")
 
@@ -133,12 +155,17 @@ def http_round(
                 failures.append(status)
 
     threads = [threading.Thread(target=post_all, args=(plan,)) for plan in plans]
+    cpu_before = (db.server_cpu_s(), time.process_time(), db.database_cpu_s())
     began = time.perf_counter()
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
     wall = time.perf_counter() - began
+    cpu_after = (db.server_cpu_s(), time.process_time(), db.database_cpu_s())
+    server_cpu, client_cpu, database_cpu = (
+        after - before for after, before in zip(cpu_after, cpu_before, strict=True)
+    )
     samples = sum(s for plan in plans for _, s in plan)
     assert not failures, f"non-200 answers: {failures[:10]}"
     return {
@@ -147,6 +174,9 @@ def http_round(
         "batches": len(latencies),
         "wall_s": wall,
         "samples_per_s": samples / wall,
+        "cpu_s": {"server": server_cpu, "client": client_cpu, "database": database_cpu},
+        "samples_per_cpu_s": samples / (server_cpu + client_cpu + database_cpu),
+        "cores_busy": (server_cpu + client_cpu + database_cpu) / wall,
         "p50_latency_ms": 1000 * h.median(latencies),
         "p95_latency_ms": 1000 * h.percentile(latencies, 95),
         "bytes_on_wire_per_batch": int(np.mean([len(b) for plan in plans for b, _ in plan])),
@@ -194,6 +224,7 @@ def raw_round(db: h.Database, args: argparse.Namespace, round_no: int) -> dict[s
             ):
                 pieces.append((ids["rank:0", name], steps["t"], values))
     samples = sum(len(t) for _, t, _ in pieces)
+    cpu_before = time.process_time(), db.database_cpu_s()
     began = time.perf_counter()
     rows = [chunk_row(series_id, t, v) for series_id, t, v in pieces]
     packed = time.perf_counter()
@@ -223,6 +254,7 @@ def raw_round(db: h.Database, args: argparse.Namespace, round_no: int) -> dict[s
                 rows,
             )
     loaded = time.perf_counter()
+    cpu = time.process_time() - cpu_before[0] + db.database_cpu_s() - cpu_before[1]
     assert Series.objects.filter(run__run_id__startswith="raw").exists()
     return {
         "round": round_no,
@@ -232,6 +264,52 @@ def raw_round(db: h.Database, args: argparse.Namespace, round_no: int) -> dict[s
         "load_s": loaded - packed,
         "load_samples_per_s": samples / (loaded - packed),
         "pack_and_load_samples_per_s": samples / (loaded - began),
+        "samples_per_cpu_s": samples / cpu,
+        "row_per_sample": row_per_sample_load(db, pieces),
+    }
+
+
+ROW_TABLE = "bench_sample_row"
+
+
+def row_per_sample_load(db: h.Database, pieces: list[Any]) -> dict[str, Any]:
+    """The conventional layout for comparison: one row per sample (series, t, v) with an
+    index on (series, t), the same samples bulk-loaded the same way."""
+    from django.db import connection, transaction
+
+    with connection.cursor() as cursor:
+        key = "bigserial" if db.kind == "postgresql" else "integer"
+        cursor.execute(
+            f"CREATE TABLE IF NOT EXISTS {ROW_TABLE} (id {key} PRIMARY KEY,"
+            " series_id bigint NOT NULL, t double precision NOT NULL, v double precision NOT NULL)"
+        )
+        cursor.execute(f"CREATE INDEX IF NOT EXISTS {ROW_TABLE}_st ON {ROW_TABLE} (series_id, t)")
+    samples = sum(len(t) for _, t, _ in pieces)
+    began = time.perf_counter()
+    rows = [
+        (series_id, ti, vi)
+        for series_id, t, v in pieces
+        for ti, vi in zip(np.asarray(t).tolist(), np.asarray(v).tolist(), strict=True)
+    ]
+    with transaction.atomic(), connection.cursor() as cursor:
+        if db.kind == "postgresql":
+            command = f"COPY {ROW_TABLE} (series_id, t, v) FROM STDIN (FORMAT BINARY)"
+            with cursor.cursor.copy(command) as copy:
+                copy.set_types(["int8", "float8", "float8"])
+                for row in rows:
+                    copy.write_row(row)
+        else:
+            cursor.executemany(
+                f"INSERT INTO {ROW_TABLE} (series_id, t, v) VALUES (%s, %s, %s)", rows
+            )
+    wall = time.perf_counter() - began
+    db.vacuum_analyze((ROW_TABLE,))
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT count(*) FROM {ROW_TABLE}")
+        total = cursor.fetchone()[0]
+    return {
+        "samples_per_s": samples / wall,
+        "bytes_per_sample": db.storage_bytes((ROW_TABLE,)) / total,
     }
 
 

@@ -38,6 +38,25 @@ class Database:
     data_dir: Path
     env: dict[str, str] = field(default_factory=dict)
     token: str = ""
+    server_pid: int = 0  # gunicorn's master while server() runs
+
+    def server_cpu_s(self) -> float:
+        """CPU seconds used so far by gunicorn (master and workers)."""
+        pids = [self.server_pid, *children(self.server_pid)]
+        return sum(process_cpu_s(pid) for pid in pids)
+
+    def database_cpu_s(self) -> float:
+        """CPU seconds used so far by the PostgreSQL backends serving this database (0 for
+        SQLite, which runs inside the server's and loader's own processes)."""
+        if self.kind != "postgresql":
+            return 0.0
+        import psycopg
+
+        with psycopg.connect(self.url) as connection:
+            rows = connection.execute(
+                "select pid from pg_stat_activity where datname = current_database()"
+            ).fetchall()
+        return sum(process_cpu_s(pid) for (pid,) in rows)
 
     def storage_bytes(self, tables: tuple[str, ...]) -> int:
         """Bytes on disk of these tables with their indexes (and TOAST on PostgreSQL)."""
@@ -166,6 +185,7 @@ def server(db: Database, *, workers: int) -> Iterator[tuple[str, int]]:
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
+    db.server_pid = process.pid
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -187,6 +207,23 @@ def server(db: Database, *, workers: int) -> Iterator[tuple[str, int]]:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
         log.close()
+
+
+def children(pid: int) -> list[int]:
+    found = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        with contextlib.suppress(OSError):
+            found += [int(child) for child in (task / "children").read_text().split()]
+    return found
+
+
+def process_cpu_s(pid: int) -> float:
+    """user + system CPU seconds of a live process (0 when it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def request(
