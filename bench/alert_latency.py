@@ -40,28 +40,55 @@ BATCH_EVERY_S = 10.0
 
 def start_body(run_id: str, *, started_at: float, name: str) -> dict[str, object]:
     return {
-        "run_id": run_id, "agent_id": run_id, "name": name, "role": "launcher",
-        "command": ["python", "train.py"], "cwd": "/tmp", "host": "bench-node", "pid": 1,
-        "rank": None, "local_rank": None, "world_size": None, "started_at": started_at,
-        "tags": {}, "facts": {},
+        "run_id": run_id,
+        "agent_id": run_id,
+        "name": name,
+        "role": "launcher",
+        "command": ["python", "train.py"],
+        "cwd": "/tmp",
+        "host": "bench-node",
+        "pid": 1,
+        "rank": None,
+        "local_rank": None,
+        "world_size": None,
+        "started_at": started_at,
+        "tags": {},
+        "facts": {},
         "devices": [{"key": f"gpu:{i}", "kind": "gpu", "index": i} for i in range(GPUS)],
     }
 
 
-def batch_body(run_id: str, *, seq: int, start: float, end: float, utilization: float,
-               first_step: int) -> dict[str, object]:
+def batch_body(
+    run_id: str, *, seq: int, start: float, end: float, utilization: float, first_step: int
+) -> dict[str, object]:
     t = [start + i for i in range(int(end - start))]
     metrics = []
     for gpu in range(GPUS):
         metrics += [
-            {"device": f"gpu:{gpu}", "name": "gpu.utilization", "t": t,
-             "v": [utilization + random.random() for _ in t]},
+            {
+                "device": f"gpu:{gpu}",
+                "name": "gpu.utilization",
+                "t": t,
+                "v": [utilization + random.random() for _ in t],
+            },
             {"device": f"gpu:{gpu}", "name": "gpu.memory_used", "t": t, "v": [3.0e10] * len(t)},
         ]
-    steps = {"rank": 0, "index": list(range(first_step, first_step + len(t))), "t": t,
-             "duration": [0.5] * len(t), "data_wait": [0.01] * len(t)}
-    return {"run_id": run_id, "agent_id": run_id, "seq": seq, "sent_at": end,
-            "metrics": metrics, "steps": steps, "dropped": 0}
+    steps = {
+        "rank": 0,
+        "index": list(range(first_step, first_step + len(t))),
+        "t": t,
+        "duration": [0.5] * len(t),
+        "data_wait": [0.01] * len(t),
+    }
+    return {
+        "run_id": run_id,
+        "agent_id": run_id,
+        "seq": seq,
+        "sent_at": end,
+        "metrics": metrics,
+        "steps": steps,
+        "dropped": 0,
+    }
 
 
 class Background:
@@ -83,17 +110,29 @@ class Background:
         self.thread.start()
 
     def _start(self, run_id: str, now: float) -> None:
-        self.stack.post("/api/v1/ingest/start", self.token,
-                        start_body(run_id, started_at=now - HISTORY_S, name=run_id[:12]))
+        self.stack.post(
+            "/api/v1/ingest/start",
+            self.token,
+            start_body(run_id, started_at=now - HISTORY_S, name=run_id[:12]),
+        )
         self._send(run_id, start=now - HISTORY_S, end=now)
 
     def _send(self, run_id: str, *, start: float, end: float) -> None:
         seq = self.seq[run_id]
         self.seq[run_id] += 1
         try:
-            self.stack.post("/api/v1/ingest/batch", self.token, batch_body(
-                run_id, seq=seq, start=start, end=end, utilization=85.0,
-                first_step=int(start) % 1_000_000))
+            self.stack.post(
+                "/api/v1/ingest/batch",
+                self.token,
+                batch_body(
+                    run_id,
+                    seq=seq,
+                    start=start,
+                    end=end,
+                    utilization=85.0,
+                    first_step=int(start) % 1_000_000,
+                ),
+            )
             self.sent_until[run_id] = end
         except OSError:
             self.errors += 1
@@ -111,23 +150,42 @@ class Background:
 def trial(stack: Stack, token: str, receiver_seen: dict[str, float], timeout: float) -> float:
     run_id = f"idle-{uuid.uuid4().hex}"
     now = time.time()
-    stack.post("/api/v1/ingest/start", token,
-               start_body(run_id, started_at=now - HISTORY_S, name="idle"))
+    stack.post(
+        "/api/v1/ingest/start", token, start_body(run_id, started_at=now - HISTORY_S, name="idle")
+    )
     holds_at = time.time()  # just before the batch that makes the condition true is sent
-    stack.post("/api/v1/ingest/batch", token, batch_body(
-        run_id, seq=0, start=holds_at - HISTORY_S, end=holds_at, utilization=3.0, first_step=0))
+    stack.post(
+        "/api/v1/ingest/batch",
+        token,
+        batch_body(
+            run_id, seq=0, start=holds_at - HISTORY_S, end=holds_at, utilization=3.0, first_step=0
+        ),
+    )
     deadline = time.monotonic() + timeout
     seq = 1
     while time.monotonic() < deadline and run_id not in receiver_seen:
         time.sleep(1.0)
         if time.time() - holds_at >= 5 * seq:  # keep the idle run alive like an agent would
             end = time.time()
-            stack.post("/api/v1/ingest/batch", token, batch_body(
-                run_id, seq=seq, start=end - 5, end=end, utilization=3.0, first_step=seq * 10))
+            stack.post(
+                "/api/v1/ingest/batch",
+                token,
+                batch_body(
+                    run_id, seq=seq, start=end - 5, end=end, utilization=3.0, first_step=seq * 10
+                ),
+            )
             seq += 1
-    stack.post("/api/v1/ingest/finish", token, {"run_id": run_id, "agent_id": run_id,
-                                                "ended_at": time.time(), "exit_code": 0,
-                                                "final": True})
+    stack.post(
+        "/api/v1/ingest/finish",
+        token,
+        {
+            "run_id": run_id,
+            "agent_id": run_id,
+            "ended_at": time.time(),
+            "exit_code": 0,
+            "final": True,
+        },
+    )
     if run_id not in receiver_seen:
         return float("nan")
     return receiver_seen[run_id] - holds_at
@@ -135,8 +193,9 @@ def trial(stack: Stack, token: str, receiver_seen: dict[str, float], timeout: fl
 
 def tick_durations(stack: Stack) -> list[float]:
     log = (stack.dir / "worker.log").read_text(errors="replace")
-    return [float(s) for s in re.findall(r"alerts_tick_task\[[^\]]+\] succeeded in ([0-9.]+)s",
-                                         log)]
+    return [
+        float(s) for s in re.findall(r"alerts_tick_task\[[^\]]+\] succeeded in ([0-9.]+)s", log)
+    ]
 
 
 def main() -> None:
@@ -145,8 +204,11 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=40)
     parser.add_argument("--interval", type=float, default=30.0)
     parser.add_argument("--trial-every", type=float, default=3.0)
-    parser.add_argument("--database-url", default="",
-                        help="an empty PostgreSQL database instead of a temporary SQLite file")
+    parser.add_argument(
+        "--database-url",
+        default="",
+        help="an empty PostgreSQL database instead of a temporary SQLite file",
+    )
     args = parser.parse_args()
     if not redis_available():
         sys.exit("Redis is not answering on 127.0.0.1:6379")
@@ -184,21 +246,24 @@ Channel.objects.create(project=p, kind="webhook", name="bench", config={{"url": 
             with ThreadPoolExecutor(max_workers=args.trials) as pool:
                 futures = []
                 for _ in range(args.trials):
-                    futures.append(pool.submit(trial, stack, token, seen,
-                                               args.interval * 3 + 30))
+                    futures.append(pool.submit(trial, stack, token, seen, args.interval * 3 + 30))
                     time.sleep(args.trial_every)
                 latencies = [f.result() for f in futures]
             background.halt.set()
-            false_alarms = [b for b in receiver.bodies("firing")
-                            if b["run"]["id"].startswith("busy-")]
+            false_alarms = [
+                b for b in receiver.bodies("firing") if b["run"]["id"].startswith("busy-")
+            ]
         finally:
             stack.stop()
     ok = sorted(x for x in latencies if x == x)
     ticks = tick_durations(stack)
     stack.cleanup()
     figures = {
-        "runs": args.runs, "interval_s": args.interval, "trials": len(latencies),
-        "delivered": len(ok), "missed": len(latencies) - len(ok),
+        "runs": args.runs,
+        "interval_s": args.interval,
+        "trials": len(latencies),
+        "delivered": len(ok),
+        "missed": len(latencies) - len(ok),
         "p50_s": round(statistics.median(ok), 2) if ok else None,
         "p95_s": round(ok[min(len(ok) - 1, int(0.95 * len(ok)))], 2) if ok else None,
         "max_s": round(ok[-1], 2) if ok else None,
@@ -209,8 +274,9 @@ Channel.objects.create(project=p, kind="webhook", name="bench", config={{"url": 
         "ingest_errors": background.errors,
         "database": "postgresql" if args.database_url else "sqlite",
     }
-    figures["pass"] = bool(ok) and figures["p95_s"] <= figures["goal_p95_s"] and not figures[
-        "missed"]
+    figures["pass"] = (
+        bool(ok) and figures["p95_s"] <= figures["goal_p95_s"] and not figures["missed"]
+    )
     print(json.dumps(figures), flush=True)
     os._exit(0 if figures["pass"] else 1)
 

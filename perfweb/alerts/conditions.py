@@ -20,8 +20,13 @@ MIN_COVERAGE = 0.8
 HELD_MEMORY_BYTES = 1 * GIB
 # NVML clocks-event reasons that mean thermal or power throttling (not idle, not app clocks):
 # SW power cap 0x4, HW slowdown 0x8, SW thermal 0x20, HW thermal 0x40, HW power brake 0x80.
-THROTTLE_REASONS = {0x4: "power cap", 0x8: "HW slowdown", 0x20: "SW thermal",
-                    0x40: "HW thermal", 0x80: "power brake"}
+THROTTLE_REASONS = {
+    0x4: "power cap",
+    0x8: "HW slowdown",
+    0x20: "SW thermal",
+    0x40: "HW thermal",
+    0x80: "power brake",
+}
 THROTTLE_MASK = sum(THROTTLE_REASONS)
 # Step-time baseline: the median of the run's first steps, after its warm-up steps.
 BASELINE_WARMUP_STEPS = 5
@@ -174,8 +179,10 @@ def idle_memory_held(threshold: float, window: RunWindow) -> Verdict:
     if not all(window.covered(util[d]) and window.covered(memory[d]) for d in shared):
         return unknown("the samples do not cover the window yet")
     idle = {
-        device: {"utilization": round(_mean(util[device].v), 1),
-                 "memory_gib": round(min(memory[device].v) / GIB, 1)}
+        device: {
+            "utilization": round(_mean(util[device].v), 1),
+            "memory_gib": round(min(memory[device].v) / GIB, 1),
+        }
         for device in shared
         if _mean(util[device].v) < threshold and min(memory[device].v) >= HELD_MEMORY_BYTES
     }
@@ -269,8 +276,12 @@ def step_regression(threshold: float, window: RunWindow) -> Verdict:
     baseline = list(window.baseline_steps)
     if len(baseline) < BASELINE_STEPS // 5:
         return unknown("the run has too few steps for a baseline")
-    current = [v for (device, name), s in window.series.items()
-               if name == "step.duration" and device.startswith("rank:") for v in s.v]
+    current = [
+        v
+        for (device, name), s in window.series.items()
+        if name == "step.duration" and device.startswith("rank:")
+        for v in s.v
+    ]
     if len(current) < MIN_CURRENT_STEPS:
         return unknown("too few steps in the window")
     base, now = statistics.median(baseline), statistics.median(current)
@@ -279,8 +290,12 @@ def step_regression(threshold: float, window: RunWindow) -> Verdict:
         holds=worse >= threshold,
         summary=f"median step {now:.3g} s over the last {_minutes(window)} min vs "
         f"{base:.3g} s baseline ({worse:+g}%)",
-        numbers={"median_step_s": now, "baseline_step_s": base, "worse_pct": worse,
-                 "threshold": threshold},
+        numbers={
+            "median_step_s": now,
+            "baseline_step_s": base,
+            "worse_pct": worse,
+            "threshold": threshold,
+        },
     )
 
 

@@ -38,11 +38,13 @@ def delivery_claim(*, delivery_id: int, now: datetime) -> DeliveryAttempt | None
     ).update(claimed_at=now, attempts=F("attempts") + 1)
     if claimed != 1:
         return None
-    DeliveryAttempt.objects.filter(delivery_id=delivery_id, outcome=DeliveryAttempt.STARTED)\
-        .update(outcome=DeliveryAttempt.INTERRUPTED, detail="the worker stopped mid-attempt")
+    DeliveryAttempt.objects.filter(delivery_id=delivery_id, outcome=DeliveryAttempt.STARTED).update(
+        outcome=DeliveryAttempt.INTERRUPTED, detail="the worker stopped mid-attempt"
+    )
     delivery = Delivery.objects.select_related("channel").get(id=delivery_id)
-    return DeliveryAttempt.objects.create(delivery=delivery, channel=delivery.channel, at=now,
-                                          outcome=DeliveryAttempt.STARTED)
+    return DeliveryAttempt.objects.create(
+        delivery=delivery, channel=delivery.channel, at=now, outcome=DeliveryAttempt.STARTED
+    )
 
 
 def delivery_send(*, delivery_id: int, enqueue: Enqueue | None = None) -> str | None:
@@ -65,23 +67,38 @@ def delivery_send(*, delivery_id: int, enqueue: Enqueue | None = None) -> str | 
     except Exception as error:  # a bug in a channel must not lose the message: retry it
         outcome, detail = DeliveryAttempt.TRANSIENT, f"{type(error).__name__}: {error}"
     took_ms = int(1000 * (time.monotonic() - started))
-    _record(attempt=attempt, outcome=outcome, detail=str(detail)[:500], took_ms=took_ms,
-            retry_after=retry_after, enqueue=enqueue)
+    _record(
+        attempt=attempt,
+        outcome=outcome,
+        detail=str(detail)[:500],
+        took_ms=took_ms,
+        retry_after=retry_after,
+        enqueue=enqueue,
+    )
     return outcome
 
 
 @transaction.atomic
-def _record(*, attempt: DeliveryAttempt, outcome: str, detail: str, took_ms: int,
-            retry_after: float | None, enqueue: Enqueue | None) -> None:
+def _record(
+    *,
+    attempt: DeliveryAttempt,
+    outcome: str,
+    detail: str,
+    took_ms: int,
+    retry_after: float | None,
+    enqueue: Enqueue | None,
+) -> None:
     now = timezone.now()
     delivery = attempt.delivery
-    DeliveryAttempt.objects.filter(id=attempt.id).update(outcome=outcome, detail=detail,
-                                                         duration_ms=took_ms)
+    DeliveryAttempt.objects.filter(id=attempt.id).update(
+        outcome=outcome, detail=detail, duration_ms=took_ms
+    )
     rows = Delivery.objects.filter(id=delivery.id)
     if outcome == DeliveryAttempt.OK:
         rows.update(delivered_at=now, last_error="")
         Channel.objects.filter(id=delivery.channel_id).exclude(last_error="").update(
-            last_error="", last_error_at=None)
+            last_error="", last_error_at=None
+        )
         return
     if outcome == DeliveryAttempt.TRANSIENT and delivery.attempts < MAX_ATTEMPTS:
         delay = max(BACKOFF_S[delivery.attempts - 1], retry_after or 0.0)

@@ -51,9 +51,12 @@ def alerts_evaluate(*, now: datetime | None = None, enqueue: Enqueue | None = No
     by_project: dict[int, list[AlertRule]] = defaultdict(list)
     for rule in rules:
         by_project[rule.project_id].append(rule)
-    pairs = [(rule, run) for run in selectors.runs_running(project_ids=by_project)
-             for rule in by_project[run.project_id]
-             if selectors.run_in_scope(run=run, scope_tag=rule.scope_tag)]
+    pairs = [
+        (rule, run)
+        for run in selectors.runs_running(project_ids=by_project)
+        for rule in by_project[run.project_id]
+        if selectors.run_in_scope(run=run, scope_tag=rule.scope_tag)
+    ]
     if pairs:
         report.events += _evaluate_pairs(pairs=pairs, now=now, enqueue=enqueue)
         report.checks = len(pairs)
@@ -62,41 +65,75 @@ def alerts_evaluate(*, now: datetime | None = None, enqueue: Enqueue | None = No
     return report
 
 
-def _evaluate_pairs(*, pairs: list[tuple[AlertRule, Run]], now: datetime,
-                    enqueue: Enqueue | None) -> list[int]:
+def _evaluate_pairs(
+    *, pairs: list[tuple[AlertRule, Run]], now: datetime, enqueue: Enqueue | None
+) -> list[int]:
     longest = max(60 * rule.window_minutes for rule, _ in pairs)
     names = {m for rule, _ in pairs for m in CONDITIONS[rule.kind].metrics}
     end = now.timestamp()
     run_ids = {run.id for _, run in pairs}
     recent = samples.recent_samples(run_ids=run_ids, names=names, start=end - longest, end=end)
-    last_steps = (samples.last_sample_times(run_ids=run_ids, name="step.duration")
-                  if any(rule.kind == "stalled" for rule, _ in pairs) else {})
-    alerts = {(a.rule_id, a.run_id): a for a in Alert.objects.filter(
-        rule_id__in={rule.id for rule, _ in pairs}, run_id__in={run.id for _, run in pairs})}
+    last_steps = (
+        samples.last_sample_times(run_ids=run_ids, name="step.duration")
+        if any(rule.kind == "stalled" for rule, _ in pairs)
+        else {}
+    )
+    alerts = {
+        (a.rule_id, a.run_id): a
+        for a in Alert.objects.filter(
+            rule_id__in={rule.id for rule, _ in pairs}, run_id__in={run.id for _, run in pairs}
+        )
+    }
     events = []
     for rule, run in pairs:
-        window = _window(rule=rule, run=run, series=recent.get(run.id, {}), end=end,
-                         last_step_at=last_steps.get(run.id))
+        window = _window(
+            rule=rule,
+            run=run,
+            series=recent.get(run.id, {}),
+            end=end,
+            last_step_at=last_steps.get(run.id),
+        )
         verdict = CONDITIONS[rule.kind].evaluate(rule.threshold, window)
-        event = alert_observe(rule=rule, run=run, verdict=verdict, window=window, now=now,
-                              enqueue=enqueue, alert=alerts.get((rule.id, run.id)))
+        event = alert_observe(
+            rule=rule,
+            run=run,
+            verdict=verdict,
+            window=window,
+            now=now,
+            enqueue=enqueue,
+            alert=alerts.get((rule.id, run.id)),
+        )
         if event is not None:
             events.append(event.id)
     return events
 
 
-def _window(*, rule: AlertRule, run: Run, series: dict[tuple[str, str], Series],
-            end: float, last_step_at: float | None) -> RunWindow:
+def _window(
+    *,
+    rule: AlertRule,
+    run: Run,
+    series: dict[tuple[str, str], Series],
+    end: float,
+    last_step_at: float | None,
+) -> RunWindow:
     window_s = 60 * rule.window_minutes
     clipped = {key: _clip(s, start=end - window_s) for key, s in series.items()}
     baseline: list[float] = []
     if rule.kind == "step_regression":
-        first = samples.first_samples(run_id=run.id, name="step.duration",
-                                      limit=BASELINE_WARMUP_STEPS + BASELINE_STEPS)
+        first = samples.first_samples(
+            run_id=run.id, name="step.duration", limit=BASELINE_WARMUP_STEPS + BASELINE_STEPS
+        )
         baseline = first[BASELINE_WARMUP_STEPS:]
     finding = top_finding_for_run(run=run) if rule.kind == "finding_gain" else None
-    return RunWindow(now=end, window_s=window_s, series=clipped, steps_total=run.step_count,
-                     last_step_at=last_step_at, baseline_steps=baseline, finding=finding)
+    return RunWindow(
+        now=end,
+        window_s=window_s,
+        series=clipped,
+        steps_total=run.step_count,
+        last_step_at=last_step_at,
+        baseline_steps=baseline,
+        finding=finding,
+    )
 
 
 def _clip(series: Series, *, start: float) -> Series:
@@ -104,9 +141,16 @@ def _clip(series: Series, *, start: float) -> Series:
     return Series(t=series.t[first:], v=series.v[first:])
 
 
-def alert_observe(*, rule: AlertRule, run: Run, verdict: Verdict, window: RunWindow,
-                  now: datetime, enqueue: Enqueue | None = None,
-                  alert: Alert | None = None) -> AlertEvent | None:
+def alert_observe(
+    *,
+    rule: AlertRule,
+    run: Run,
+    verdict: Verdict,
+    window: RunWindow,
+    now: datetime,
+    enqueue: Enqueue | None = None,
+    alert: Alert | None = None,
+) -> AlertEvent | None:
     """Applies one verdict to the (rule, run) alert (`alert`: the row as read with the
     others, None if there was none); returns the event if the state moved."""
     if verdict.holds is None:
@@ -124,17 +168,27 @@ def alert_observe(*, rule: AlertRule, run: Run, verdict: Verdict, window: RunWin
         if alert.state == Alert.FIRING and alert.summary != verdict.summary[:500]:
             Alert.objects.filter(id=alert.id).update(summary=verdict.summary[:500])
         return None
-    finding = top_finding_for_run(run=run, window=_with_why_series(window, run=run),
-                                  verdict=verdict, kind=rule.kind)
-    return event_store(alert=alert, kind=kind, to_state=to_state, summary=verdict.summary,
-                       numbers=verdict.numbers, finding=finding, now=now, enqueue=enqueue)
+    finding = top_finding_for_run(
+        run=run, window=_with_why_series(window, run=run), verdict=verdict, kind=rule.kind
+    )
+    return event_store(
+        alert=alert,
+        kind=kind,
+        to_state=to_state,
+        summary=verdict.summary,
+        numbers=verdict.numbers,
+        finding=finding,
+        now=now,
+        enqueue=enqueue,
+    )
 
 
 def _with_why_series(window: RunWindow, *, run: Run) -> RunWindow:
     """The window plus the run's step timings, read only when a change needs its why."""
     start = window.now - max(window.window_s, 60.0)
-    extra = samples.recent_samples(run_ids=[run.id], names=WHY_METRICS, start=start,
-                                   end=window.now).get(run.id, {})
+    extra = samples.recent_samples(
+        run_ids=[run.id], names=WHY_METRICS, start=start, end=window.now
+    ).get(run.id, {})
     return replace(window, series={**window.series, **extra})
 
 
@@ -149,10 +203,17 @@ def _alert_get_or_create(*, rule: AlertRule, run: Run) -> Alert:
 def _resolve_ended(*, now: datetime, enqueue: Enqueue | None) -> list[int]:
     events = []
     for alert in selectors.alerts_open_on_ended_runs():
-        why = (f"run {alert.run.status}" if alert.run.status != Run.RUNNING
-               else "rule switched off")
-        event = event_store(alert=alert, kind=AlertEvent.RESOLVED, to_state=Alert.RESOLVED,
-                            summary=why, numbers={}, finding=None, now=now, enqueue=enqueue)
+        why = f"run {alert.run.status}" if alert.run.status != Run.RUNNING else "rule switched off"
+        event = event_store(
+            alert=alert,
+            kind=AlertEvent.RESOLVED,
+            to_state=Alert.RESOLVED,
+            summary=why,
+            numbers={},
+            finding=None,
+            now=now,
+            enqueue=enqueue,
+        )
         if event is not None:
             events.append(event.id)
     return events
@@ -161,9 +222,16 @@ def _resolve_ended(*, now: datetime, enqueue: Enqueue | None) -> list[int]:
 def _remind(*, now: datetime, enqueue: Enqueue | None) -> list[int]:
     events = []
     for alert in selectors.alerts_due_reminder(now=now):
-        event = event_store(alert=alert, kind=AlertEvent.REMINDER, to_state=Alert.FIRING,
-                            summary=alert.summary, numbers={}, finding=None, now=now,
-                            enqueue=enqueue)
+        event = event_store(
+            alert=alert,
+            kind=AlertEvent.REMINDER,
+            to_state=Alert.FIRING,
+            summary=alert.summary,
+            numbers={},
+            finding=None,
+            now=now,
+            enqueue=enqueue,
+        )
         if event is not None:
             events.append(event.id)
     return events

@@ -18,11 +18,13 @@ class RuleForm(forms.ModelForm):
 
     class Meta:
         model = AlertRule
-        fields = ["kind", "threshold", "window_minutes", "scope_tag", "reminder_minutes",
-                  "enabled"]
-        labels = {"window_minutes": "Window (minutes)", "scope_tag": "Only runs tagged",
-                  "reminder_minutes": "Remind every (minutes, 0 = never)",
-                  "threshold": "Threshold"}
+        fields = ["kind", "threshold", "window_minutes", "scope_tag", "reminder_minutes", "enabled"]
+        labels = {
+            "window_minutes": "Window (minutes)",
+            "scope_tag": "Only runs tagged",
+            "reminder_minutes": "Remind every (minutes, 0 = never)",
+            "threshold": "Threshold",
+        }
         help_texts = {
             "scope_tag": 'empty = all runs; "team=vision" or "team"',
             "threshold": "% utilisation (low utilisation, idle memory), % of samples "
@@ -50,8 +52,9 @@ class ChannelForm(forms.Form):
     enabled = forms.BooleanField(required=False, initial=True)
 
 
-def config_form(*, kind: str, data: Any = None, initial: dict[str, Any] | None = None
-                ) -> forms.Form:
+def config_form(
+    *, kind: str, data: Any = None, initial: dict[str, Any] | None = None
+) -> forms.Form:
     """The channel module's own config form, prefixed so it shares a <form> with ChannelForm."""
     return CHANNELS[kind].ConfigForm(data=data, initial=initial, prefix="config")
 

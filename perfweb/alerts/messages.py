@@ -9,8 +9,12 @@ from __future__ import annotations
 from typing import Any
 
 VERSION = 1
-EVENT_WORDS = {"firing": "FIRING", "resolved": "RESOLVED", "reminder": "STILL FIRING",
-               "test": "TEST"}
+EVENT_WORDS = {
+    "firing": "FIRING",
+    "resolved": "RESOLVED",
+    "reminder": "STILL FIRING",
+    "test": "TEST",
+}
 
 
 def headline(message: dict[str, Any]) -> str:

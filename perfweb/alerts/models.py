@@ -14,8 +14,10 @@ from perfweb.alerts.conditions import CONDITIONS
 from perfweb.projects.models import Project
 from perfweb.runs.models import Run
 
-RULE_KINDS = [(kind, c.label.replace("{threshold}", "X").replace("{window}", "Y"))
-              for kind, c in CONDITIONS.items()]
+RULE_KINDS = [
+    (kind, c.label.replace("{threshold}", "X").replace("{window}", "Y"))
+    for kind, c in CONDITIONS.items()
+]
 
 
 class AlertRule(models.Model):
@@ -34,8 +36,9 @@ class AlertRule(models.Model):
         indexes = [models.Index(fields=["project", "enabled"], name="alertrule_project")]
 
     def __str__(self) -> str:
-        return CONDITIONS[self.kind].describe(threshold=self.threshold,
-                                              window_minutes=self.window_minutes)
+        return CONDITIONS[self.kind].describe(
+            threshold=self.threshold, window_minutes=self.window_minutes
+        )
 
 
 class Channel(models.Model):
@@ -65,8 +68,9 @@ class Alert(models.Model):
     why = models.CharField(max_length=300, blank=True)  # the top diagnosis when it fired
     last_notified_at = models.DateTimeField(null=True, blank=True)  # firing or reminder
     acknowledged_at = models.DateTimeField(null=True, blank=True)
-    acknowledged_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
-                                        on_delete=models.SET_NULL, related_name="+")
+    acknowledged_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     snoozed_until = models.DateTimeField(null=True, blank=True)
 
     class Meta:
@@ -99,8 +103,9 @@ class Delivery(models.Model):
     be taken again. `event` is NULL for a "send test" message."""
 
     key = models.UUIDField(default=uuid.uuid4, unique=True)  # idempotency key for receivers
-    event = models.ForeignKey(AlertEvent, null=True, blank=True, on_delete=models.CASCADE,
-                              related_name="deliveries")
+    event = models.ForeignKey(
+        AlertEvent, null=True, blank=True, on_delete=models.CASCADE, related_name="deliveries"
+    )
     channel = models.ForeignKey(Channel, on_delete=models.CASCADE, related_name="deliveries")
     payload = models.JSONField()
     created_at = models.DateTimeField(auto_now_add=True)

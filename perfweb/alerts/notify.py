@@ -24,51 +24,101 @@ from perfweb.alerts.why import as_payload
 Enqueue = Callable[[int, float], None]
 
 
-def event_store(*, alert: Alert, kind: str, to_state: str, summary: str,
-                numbers: dict[str, Any], finding: Finding | None, now: datetime,
-                enqueue: Enqueue | None = None) -> AlertEvent | None:
+def event_store(
+    *,
+    alert: Alert,
+    kind: str,
+    to_state: str,
+    summary: str,
+    numbers: dict[str, Any],
+    finding: Finding | None,
+    now: datetime,
+    enqueue: Enqueue | None = None,
+) -> AlertEvent | None:
     """Moves the alert and stores the event with its deliveries, or returns None when another
     caller moved it first."""
     suppressed = bool(alert.snoozed_until and alert.snoozed_until > now)
     with transaction.atomic():
         why = finding.title if finding is not None else ""
-        if not _move(alert=alert, kind=kind, to_state=to_state, summary=summary, why=why,
-                     now=now, suppressed=suppressed):
+        if not _move(
+            alert=alert,
+            kind=kind,
+            to_state=to_state,
+            summary=summary,
+            why=why,
+            now=now,
+            suppressed=suppressed,
+        ):
             return None
-        payload = message_build(alert=alert, kind=kind, to_state=to_state, summary=summary,
-                                numbers=numbers, finding=finding, at=now)
-        event = AlertEvent.objects.create(alert=alert, kind=kind, from_state=alert.state,
-                                          to_state=to_state, at=now, summary=summary[:500],
-                                          payload=payload, suppressed=suppressed)
+        payload = message_build(
+            alert=alert,
+            kind=kind,
+            to_state=to_state,
+            summary=summary,
+            numbers=numbers,
+            finding=finding,
+            at=now,
+        )
+        event = AlertEvent.objects.create(
+            alert=alert,
+            kind=kind,
+            from_state=alert.state,
+            to_state=to_state,
+            at=now,
+            summary=summary[:500],
+            payload=payload,
+            suppressed=suppressed,
+        )
         if not suppressed:
-            deliveries_create(project_id=alert.rule.project_id, payload=payload, event=event,
-                              enqueue=enqueue)
+            deliveries_create(
+                project_id=alert.rule.project_id, payload=payload, event=event, enqueue=enqueue
+            )
     return event
 
 
-def _move(*, alert: Alert, kind: str, to_state: str, summary: str, why: str, now: datetime,
-          suppressed: bool) -> bool:
+def _move(
+    *,
+    alert: Alert,
+    kind: str,
+    to_state: str,
+    summary: str,
+    why: str,
+    now: datetime,
+    suppressed: bool,
+) -> bool:
     notified = None if suppressed else now
     if kind == AlertEvent.REMINDER:
-        rows = Alert.objects.filter(id=alert.id, state=Alert.FIRING,
-                                    last_notified_at=alert.last_notified_at)
+        rows = Alert.objects.filter(
+            id=alert.id, state=Alert.FIRING, last_notified_at=alert.last_notified_at
+        )
         return rows.update(last_notified_at=notified or alert.last_notified_at) == 1
     rows = Alert.objects.filter(id=alert.id, state=alert.state)
     changes: dict[str, Any] = {"state": to_state, "changed_at": now, "summary": summary[:500]}
     if to_state == Alert.FIRING:
-        changes |= {"last_notified_at": notified, "acknowledged_at": None,
-                    "acknowledged_by": None, "why": why[:300]}
+        changes |= {
+            "last_notified_at": notified,
+            "acknowledged_at": None,
+            "acknowledged_by": None,
+            "why": why[:300],
+        }
     return rows.update(**changes) == 1
 
 
-def deliveries_create(*, project_id: int, payload: dict[str, Any], event: AlertEvent | None,
-                      enqueue: Enqueue | None, channels: list[Channel] | None = None) -> list[int]:
+def deliveries_create(
+    *,
+    project_id: int,
+    payload: dict[str, Any],
+    event: AlertEvent | None,
+    enqueue: Enqueue | None,
+    channels: list[Channel] | None = None,
+) -> list[int]:
     """One delivery per enabled channel of the project; the broker is told after commit."""
     if channels is None:
         channels = list(Channel.objects.filter(project_id=project_id, enabled=True))
     now = timezone.now()
-    rows = [Delivery(event=event, channel=channel, payload=payload, due_at=now)
-            for channel in channels]
+    rows = [
+        Delivery(event=event, channel=channel, payload=payload, due_at=now) for channel in channels
+    ]
     for row in rows:
         row.payload = {**payload, "id": str(row.key)}
     created = Delivery.objects.bulk_create(rows)
@@ -78,8 +128,16 @@ def deliveries_create(*, project_id: int, payload: dict[str, Any], event: AlertE
     return ids
 
 
-def message_build(*, alert: Alert, kind: str, to_state: str, summary: str,
-                  numbers: dict[str, Any], finding: Finding | None, at: datetime) -> dict[str, Any]:
+def message_build(
+    *,
+    alert: Alert,
+    kind: str,
+    to_state: str,
+    summary: str,
+    numbers: dict[str, Any],
+    finding: Finding | None,
+    at: datetime,
+) -> dict[str, Any]:
     """The webhook payload (docs/webhooks.md); every channel renders from it."""
     rule, run = alert.rule, alert.run
     project = rule.project
@@ -94,11 +152,25 @@ def message_build(*, alert: Alert, kind: str, to_state: str, summary: str,
         "numbers": numbers,
         "why": as_payload(finding),
         "project": {"id": project.id, "name": project.name},
-        "rule": {"id": rule.id, "kind": rule.kind, "threshold": rule.threshold,
-                 "window_minutes": rule.window_minutes, "scope_tag": rule.scope_tag,
-                 "fix_id": CONDITIONS[rule.kind].fix_id, "description": str(rule)},
-        "alert": {"id": alert.id,
-                  "url": base + reverse("alerts:project", kwargs={"project_id": project.id})},
-        "run": {"id": run.run_id, "name": run.name or run.run_id, "host": run.host,
-                "status": run.status, "tags": run.tags, "url": f"{base}/runs/{run.run_id}/"},
+        "rule": {
+            "id": rule.id,
+            "kind": rule.kind,
+            "threshold": rule.threshold,
+            "window_minutes": rule.window_minutes,
+            "scope_tag": rule.scope_tag,
+            "fix_id": CONDITIONS[rule.kind].fix_id,
+            "description": str(rule),
+        },
+        "alert": {
+            "id": alert.id,
+            "url": base + reverse("alerts:project", kwargs={"project_id": project.id}),
+        },
+        "run": {
+            "id": run.run_id,
+            "name": run.name or run.run_id,
+            "host": run.host,
+            "status": run.status,
+            "tags": run.tags,
+            "url": f"{base}/runs/{run.run_id}/",
+        },
     }

@@ -15,9 +15,7 @@ from perfweb.projects.selectors import project_list_for_user
 from perfweb.runs.models import Run
 
 
-def project_get_for_user(
-    *, user: AbstractBaseUser | AnonymousUser, project_id: int
-) -> Project:
+def project_get_for_user(*, user: AbstractBaseUser | AnonymousUser, project_id: int) -> Project:
     """The project if `user` is a member; a 404 otherwise (outsiders learn nothing)."""
     return get_object_or_404(project_list_for_user(user=user), id=project_id)
 
@@ -32,8 +30,9 @@ def channel_list(*, project: Project) -> QuerySet[Channel]:
 
 def alert_list(*, project: Project, limit: int = 100) -> QuerySet[Alert]:
     """Firing first, then the most recently changed."""
-    firing_first = Case(When(state=Alert.FIRING, then=Value(0)), default=Value(1),
-                        output_field=IntegerField())
+    firing_first = Case(
+        When(state=Alert.FIRING, then=Value(0)), default=Value(1), output_field=IntegerField()
+    )
     return (
         Alert.objects.filter(rule__project=project)
         .exclude(state=Alert.OK)
@@ -87,20 +86,26 @@ def run_in_scope(*, run: Run, scope_tag: str) -> bool:
 
 def alerts_open_on_ended_runs() -> QuerySet[Alert]:
     """Firing alerts whose run stopped running or whose rule was switched off."""
-    return Alert.objects.filter(state=Alert.FIRING).exclude(
-        run__status=Run.RUNNING, rule__enabled=True
-    ).select_related("rule__project", "run")
+    return (
+        Alert.objects.filter(state=Alert.FIRING)
+        .exclude(run__status=Run.RUNNING, rule__enabled=True)
+        .select_related("rule__project", "run")
+    )
 
 
 def alerts_due_reminder(*, now: datetime) -> list[Alert]:
     """Firing, unacknowledged, not snoozed, and last told about at least a reminder interval
     ago (or never: its firing fell in a snooze)."""
     firing = Alert.objects.filter(
-        state=Alert.FIRING, acknowledged_at=None, rule__reminder_minutes__gt=0,
-        rule__enabled=True, run__status=Run.RUNNING,
+        state=Alert.FIRING,
+        acknowledged_at=None,
+        rule__reminder_minutes__gt=0,
+        rule__enabled=True,
+        run__status=Run.RUNNING,
     ).exclude(snoozed_until__gt=now)
     return [
-        alert for alert in firing.select_related("rule__project", "run")
+        alert
+        for alert in firing.select_related("rule__project", "run")
         if alert.last_notified_at is None
         or (now - alert.last_notified_at).total_seconds() >= 60 * alert.rule.reminder_minutes
     ]

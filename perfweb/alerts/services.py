@@ -34,22 +34,39 @@ def rules_ensure_defaults(*, project: Project) -> list[AlertRule]:
     created before the alerts app)."""
     if AlertRule.objects.filter(project=project).exists():
         return []
-    return AlertRule.objects.bulk_create([
-        AlertRule(project=project, kind=kind, enabled=enabled,
-                  threshold=CONDITIONS[kind].default_threshold,
-                  window_minutes=CONDITIONS[kind].default_window_minutes)
-        for kind, enabled in DEFAULT_RULES
-    ])
+    return AlertRule.objects.bulk_create(
+        [
+            AlertRule(
+                project=project,
+                kind=kind,
+                enabled=enabled,
+                threshold=CONDITIONS[kind].default_threshold,
+                window_minutes=CONDITIONS[kind].default_window_minutes,
+            )
+            for kind, enabled in DEFAULT_RULES
+        ]
+    )
 
 
-def rule_create(*, project: Project, kind: str, threshold: float | None = None,
-                window_minutes: float | None = None, scope_tag: str = "",
-                reminder_minutes: float = 60, enabled: bool = True) -> AlertRule:
+def rule_create(
+    *,
+    project: Project,
+    kind: str,
+    threshold: float | None = None,
+    window_minutes: float | None = None,
+    scope_tag: str = "",
+    reminder_minutes: float = 60,
+    enabled: bool = True,
+) -> AlertRule:
     condition = CONDITIONS[kind]
     return AlertRule.objects.create(
-        project=project, kind=kind, scope_tag=scope_tag.strip(), enabled=enabled,
+        project=project,
+        kind=kind,
+        scope_tag=scope_tag.strip(),
+        enabled=enabled,
         threshold=condition.default_threshold if threshold is None else threshold,
-        window_minutes=condition.default_window_minutes if window_minutes is None
+        window_minutes=condition.default_window_minutes
+        if window_minutes is None
         else window_minutes,
         reminder_minutes=reminder_minutes,
     )
@@ -73,8 +90,9 @@ def channel_create(*, project: Project, kind: str, name: str, config: dict[str, 
     return Channel.objects.create(project=project, kind=kind, name=name, config=config)
 
 
-def channel_update(*, channel: Channel, name: str, config: dict[str, Any],
-                   enabled: bool) -> Channel:
+def channel_update(
+    *, channel: Channel, name: str, config: dict[str, Any], enabled: bool
+) -> Channel:
     channel.name, channel.config, channel.enabled = name, config, enabled
     channel.save(update_fields=["name", "config", "enabled"])
     return channel
@@ -85,25 +103,37 @@ def channel_delete(*, channel: Channel) -> None:
 
 
 @transaction.atomic
-def channel_send_test(*, channel: Channel, user: AbstractBaseUser,
-                      enqueue: Enqueue | None) -> int:
+def channel_send_test(*, channel: Channel, user: AbstractBaseUser, enqueue: Enqueue | None) -> int:
     """Queues a test message to this one channel; its attempts are logged like any other."""
     project = channel.project
     now = timezone.now()
     payload = {
-        "version": VERSION, "id": "", "event": "test", "state": "test", "at": now.isoformat(),
+        "version": VERSION,
+        "id": "",
+        "event": "test",
+        "state": "test",
+        "at": now.isoformat(),
         "summary": f"Test message from perfweb, sent by {user.get_username()}.",
-        "numbers": {}, "why": None, "project": {"id": project.id, "name": project.name},
-        "rule": {"description": f"test of channel {channel.name}"}, "alert": None, "run": None,
+        "numbers": {},
+        "why": None,
+        "project": {"id": project.id, "name": project.name},
+        "rule": {"description": f"test of channel {channel.name}"},
+        "alert": None,
+        "run": None,
     }
-    return deliveries_create(project_id=project.id, payload=payload, event=None,
-                             enqueue=enqueue, channels=[channel])[0]
+    return deliveries_create(
+        project_id=project.id, payload=payload, event=None, enqueue=enqueue, channels=[channel]
+    )[0]
 
 
 def alert_acknowledge(*, alert: Alert, user: AbstractBaseUser) -> bool:
     """Stops reminders for the current firing; a new firing clears it."""
-    return Alert.objects.filter(id=alert.id, state=Alert.FIRING, acknowledged_at=None).update(
-        acknowledged_at=timezone.now(), acknowledged_by=user) == 1
+    return (
+        Alert.objects.filter(id=alert.id, state=Alert.FIRING, acknowledged_at=None).update(
+            acknowledged_at=timezone.now(), acknowledged_by=user
+        )
+        == 1
+    )
 
 
 def alert_snooze(*, alert: Alert, minutes: float, now: datetime | None = None) -> datetime | None:

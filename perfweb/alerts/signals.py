@@ -12,7 +12,8 @@ from perfweb.projects.models import Project
 
 
 @receiver(post_save, sender=Project, dispatch_uid="alerts_default_rules")
-def project_created(sender: type[Project], instance: Project, created: bool, raw: bool = False,
-                    **kwargs: Any) -> None:
+def project_created(
+    sender: type[Project], instance: Project, created: bool, raw: bool = False, **kwargs: Any
+) -> None:
     if created and not raw:
         rules_ensure_defaults(project=instance)

@@ -38,25 +38,35 @@ def index(request: HttpRequest) -> HttpResponse:
 @login_required
 def project_alerts(request: HttpRequest, project_id: int) -> HttpResponse:
     project = selectors.project_get_for_user(user=request.user, project_id=project_id)
-    channels = [(c, selectors.attempt_list(channel=c, limit=1).first())
-                for c in selectors.channel_list(project=project)]
+    channels = [
+        (c, selectors.attempt_list(channel=c, limit=1).first())
+        for c in selectors.channel_list(project=project)
+    ]
     new_channel_forms = [
-        (kind, module.LABEL, ChannelForm(initial={"kind": kind, "name": module.LABEL}),
-         config_form(kind=kind))
+        (
+            kind,
+            module.LABEL,
+            ChannelForm(initial={"kind": kind, "name": module.LABEL}),
+            config_form(kind=kind),
+        )
         for kind, module in CHANNELS.items()
     ]
-    return render(request, "alerts/project.html", {
-        "project": project,
-        "alerts": selectors.alert_list(project=project),
-        "rules": selectors.rule_list(project=project),
-        "channels": channels,
-        "events": selectors.event_list(project=project, limit=20),
-        "rule_form": RuleForm(),
-        "new_channel_forms": new_channel_forms,
-        "conditions": CONDITIONS,
-        "interval_s": conf.evaluation_interval(),
-        "now": timezone.now(),
-    })
+    return render(
+        request,
+        "alerts/project.html",
+        {
+            "project": project,
+            "alerts": selectors.alert_list(project=project),
+            "rules": selectors.rule_list(project=project),
+            "channels": channels,
+            "events": selectors.event_list(project=project, limit=20),
+            "rule_form": RuleForm(),
+            "new_channel_forms": new_channel_forms,
+            "conditions": CONDITIONS,
+            "interval_s": conf.evaluation_interval(),
+            "now": timezone.now(),
+        },
+    )
 
 
 @require_POST
@@ -65,8 +75,12 @@ def rule_new(request: HttpRequest, project_id: int) -> HttpResponse:
     project = selectors.project_get_for_user(user=request.user, project_id=project_id)
     form = RuleForm(request.POST)
     if not form.is_valid():
-        return render(request, "alerts/rule.html",
-                      {"project": project, "form": form, "rule": None}, status=400)
+        return render(
+            request,
+            "alerts/rule.html",
+            {"project": project, "form": form, "rule": None},
+            status=400,
+        )
     services.rule_create(project=project, **form.cleaned_data)
     messages.success(request, "Rule added.")
     return _back(project.id)
@@ -83,8 +97,9 @@ def rule_edit(request: HttpRequest, project_id: int, rule_id: int) -> HttpRespon
         messages.success(request, "Rule saved.")
         return _back(project.id)
     status = 400 if request.method == "POST" else 200
-    return render(request, "alerts/rule.html", {"project": project, "form": form, "rule": rule},
-                  status=status)
+    return render(
+        request, "alerts/rule.html", {"project": project, "form": form, "rule": rule}, status=status
+    )
 
 
 @require_POST
@@ -104,10 +119,15 @@ def channel_new(request: HttpRequest, project_id: int) -> HttpResponse:
     kind = request.POST.get("kind", "")
     config = config_form(kind=kind, data=request.POST) if kind in CHANNELS else None
     if config is None or not (form.is_valid() and config.is_valid()):
-        return render(request, "alerts/channel.html", {
-            "project": project, "form": form, "config": config, "channel": None}, status=400)
-    services.channel_create(project=project, kind=kind, name=form.cleaned_data["name"],
-                            config=config.cleaned_data)
+        return render(
+            request,
+            "alerts/channel.html",
+            {"project": project, "form": form, "config": config, "channel": None},
+            status=400,
+        )
+    services.channel_create(
+        project=project, kind=kind, name=form.cleaned_data["name"], config=config.cleaned_data
+    )
     messages.success(request, "Channel added.")
     return _back(project.id)
 
@@ -121,14 +141,26 @@ def channel_edit(request: HttpRequest, project_id: int, channel_id: int) -> Http
     form = ChannelForm(request.POST or None, initial=initial)
     config = config_form(kind=channel.kind, data=request.POST or None, initial=channel.config)
     if request.method == "POST" and form.is_valid() and config.is_valid():
-        services.channel_update(channel=channel, name=form.cleaned_data["name"],
-                                config=config.cleaned_data, enabled=form.cleaned_data["enabled"])
+        services.channel_update(
+            channel=channel,
+            name=form.cleaned_data["name"],
+            config=config.cleaned_data,
+            enabled=form.cleaned_data["enabled"],
+        )
         messages.success(request, "Channel saved.")
         return _back(project.id)
-    return render(request, "alerts/channel.html", {
-        "project": project, "form": form, "config": config, "channel": channel,
-        "attempts": selectors.attempt_list(channel=channel, limit=20),
-    }, status=400 if request.method == "POST" else 200)
+    return render(
+        request,
+        "alerts/channel.html",
+        {
+            "project": project,
+            "form": form,
+            "config": config,
+            "channel": channel,
+            "attempts": selectors.attempt_list(channel=channel, limit=20),
+        },
+        status=400 if request.method == "POST" else 200,
+    )
 
 
 @require_POST
@@ -154,8 +186,9 @@ def channel_test(request: HttpRequest, project_id: int, channel_id: int) -> Http
 @login_required
 def alert_ack(request: HttpRequest, project_id: int, alert_id: int) -> HttpResponse:
     project = selectors.project_get_for_user(user=request.user, project_id=project_id)
-    services.alert_acknowledge(alert=selectors.alert_get(project=project, alert_id=alert_id),
-                               user=request.user)
+    services.alert_acknowledge(
+        alert=selectors.alert_get(project=project, alert_id=alert_id), user=request.user
+    )
     return _back(project.id)
 
 

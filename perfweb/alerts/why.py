@@ -30,8 +30,9 @@ INPUT_BOUND_SHARE = 0.10
 SYSTEM_KINDS = frozenset({"idle_memory_held", "stalled", "throttling"})
 
 
-def top_finding_for_run(*, run: Any, window: RunWindow | None = None,
-                        verdict: Verdict | None = None, kind: str = "") -> Finding | None:
+def top_finding_for_run(
+    *, run: Any, window: RunWindow | None = None, verdict: Verdict | None = None, kind: str = ""
+) -> Finding | None:
     """The run's top stored finding, else one derived from the evaluated window."""
     if kind not in SYSTEM_KINDS:
         stored = _stored_top_finding(run=run)
@@ -47,9 +48,13 @@ def top_finding_for_run(*, run: Any, window: RunWindow | None = None,
 def as_payload(finding: Finding | None) -> dict[str, Any] | None:
     if finding is None:
         return None
-    return {"fix_id": finding.fix_id, "title": finding.title, "evidence": finding.evidence,
-            "gain_pct": None if finding.gain is None else round(100 * finding.gain, 1),
-            "fix": finding.fix or FIX_TEXT.get(finding.fix_id, "")}
+    return {
+        "fix_id": finding.fix_id,
+        "title": finding.title,
+        "evidence": finding.evidence,
+        "gain_pct": None if finding.gain is None else round(100 * finding.gain, 1),
+        "fix": finding.fix or FIX_TEXT.get(finding.fix_id, ""),
+    }
 
 
 def _stored_top_finding(*, run: Any) -> Finding | None:
@@ -61,9 +66,13 @@ def _stored_top_finding(*, run: Any) -> Finding | None:
     if brief is None:
         return None
     gain = brief.get("gain")
-    return Finding(fix_id=str(brief["fix_id"]), title=str(brief["title"]),
-                   gain=float(gain) if gain is not None else None,
-                   evidence=str(brief.get("evidence", ""))[:300], fix=str(brief.get("fix", "")))
+    return Finding(
+        fix_id=str(brief["fix_id"]),
+        title=str(brief["title"]),
+        gain=float(gain) if gain is not None else None,
+        evidence=str(brief.get("evidence", ""))[:300],
+        fix=str(brief.get("fix", "")),
+    )
 
 
 def _input_bound(window: RunWindow) -> Finding | None:
@@ -74,8 +83,7 @@ def _input_bound(window: RunWindow) -> Finding | None:
     share = waiting / duration
     return Finding(
         fix_id="dataloader.num_workers",
-        title=f"input bound: the loop waited on the DataLoader for {100 * share:.0f}% "
-        "of step time",
+        title=f"input bound: the loop waited on the DataLoader for {100 * share:.0f}% of step time",
         gain=share,
         evidence=f"step.data_wait / step.duration over the last {window.window_s / 60:g} min",
     )
@@ -98,5 +106,9 @@ def _from_condition(*, kind: str, window: RunWindow, verdict: Verdict | None) ->
         title = "no training progress: a hung collective, a deadlocked DataLoader, or a long eval"
     elif kind == "throttling":
         title = "clocks throttled: every kernel runs slower than the hardware can"
-    return Finding(fix_id=CONDITIONS[kind].fix_id, title=title, gain=gain,
-                   evidence="derived from the alert's metric window")
+    return Finding(
+        fix_id=CONDITIONS[kind].fix_id,
+        title=title,
+        gain=gain,
+        evidence="derived from the alert's metric window",
+    )

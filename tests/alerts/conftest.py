@@ -62,17 +62,38 @@ def login(user: Any) -> Client:
     return client
 
 
-def run_create(*, project: Any, run_id: str = "run-00000001", name: str = "resnet50",
-               tags: dict[str, str] | None = None, started: float | None = None,
-               steps: int = 0) -> Run:
+def run_create(
+    *,
+    project: Any,
+    run_id: str = "run-00000001",
+    name: str = "resnet50",
+    tags: dict[str, str] | None = None,
+    started: float | None = None,
+    steps: int = 0,
+) -> Run:
     started_at = datetime.fromtimestamp(started or time.time() - 3600, tz=UTC)
-    return Run.objects.create(project=project, run_id=run_id, name=name, host="gpu-node-07",
-                              started_at=started_at, last_seen_at=started_at,
-                              tags=tags or {}, step_count=steps)
+    return Run.objects.create(
+        project=project,
+        run_id=run_id,
+        name=name,
+        host="gpu-node-07",
+        started_at=started_at,
+        last_seen_at=started_at,
+        tags=tags or {},
+        step_count=steps,
+    )
 
 
-def samples_add(*, run: Run, name: str, values: list[float] | float, end: float,
-                seconds: float, device: str = "gpu:0", hz: float = 1.0) -> None:
+def samples_add(
+    *,
+    run: Run,
+    name: str,
+    values: list[float] | float,
+    end: float,
+    seconds: float,
+    device: str = "gpu:0",
+    hz: float = 1.0,
+) -> None:
     """`seconds` of 1 Hz samples of `name` ending at `end` (a constant or a list of values)."""
     t = np.arange(end - seconds, end + 1e-9, 1.0 / hz)
     v = np.full(len(t), values, dtype=float) if np.isscalar(values) else np.array(values, float)

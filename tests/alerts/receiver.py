@@ -59,12 +59,20 @@ class Receiver:
 
     def bodies(self, event: str | None = None, acknowledged: bool | None = None) -> list[Any]:
         with self._lock:
-            return [r.body for r in self.got
-                    if (event is None or r.body.get("event") == event)
-                    and (acknowledged is None or r.acknowledged == acknowledged)]
+            return [
+                r.body
+                for r in self.got
+                if (event is None or r.body.get("event") == event)
+                and (acknowledged is None or r.acknowledged == acknowledged)
+            ]
 
-    def wait_for(self, count: int, event: str | None = None, timeout: float = 30.0,
-                 acknowledged: bool | None = True) -> list[Any]:
+    def wait_for(
+        self,
+        count: int,
+        event: str | None = None,
+        timeout: float = 30.0,
+        acknowledged: bool | None = True,
+    ) -> list[Any]:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             found = self.bodies(event, acknowledged)
@@ -80,8 +88,12 @@ class Receiver:
             def do_POST(self) -> None:  # noqa: N802 (http.server's name)
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length)
-                record = Received(path=self.path, headers=dict(self.headers),
-                                  body=json.loads(raw or b"null"), at=time.time())
+                record = Received(
+                    path=self.path,
+                    headers=dict(self.headers),
+                    body=json.loads(raw or b"null"),
+                    at=time.time(),
+                )
                 with receiver._lock:
                     first = not receiver.got
                     receiver.got.append(record)

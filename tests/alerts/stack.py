@@ -73,8 +73,14 @@ def free_port() -> int:
 
 
 class Stack:
-    def __init__(self, *, interval_s: float = 1.0, claim_s: float = 4.0,
-                 worker_concurrency: int = 1, database_url: str = "") -> None:
+    def __init__(
+        self,
+        *,
+        interval_s: float = 1.0,
+        claim_s: float = 4.0,
+        worker_concurrency: int = 1,
+        database_url: str = "",
+    ) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="perfweb-alerts-"))
         self.db_path = self.dir / "perfweb.sqlite3"
         self.queue = f"alerts-test-{uuid.uuid4().hex[:10]}"
@@ -100,12 +106,23 @@ class Stack:
     # lifecycle -------------------------------------------------------------------------
     def start(self) -> Stack:
         self.manage("migrate", "--no-input", "-v", "0")
-        self.start_process("web", [sys.executable, "manage.py", "runserver", "--noreload",
-                                   f"127.0.0.1:{self.port}"])
+        self.start_process(
+            "web",
+            [sys.executable, "manage.py", "runserver", "--noreload", f"127.0.0.1:{self.port}"],
+        )
         self.start_worker()
-        self.start_process("beat", [sys.executable, "tests/alerts/celery_proc.py", "beat",
-                                    "--loglevel", "WARNING",
-                                    "--schedule", str(self.dir / "beat-schedule")])
+        self.start_process(
+            "beat",
+            [
+                sys.executable,
+                "tests/alerts/celery_proc.py",
+                "beat",
+                "--loglevel",
+                "WARNING",
+                "--schedule",
+                str(self.dir / "beat-schedule"),
+            ],
+        )
         self.wait_http(self.url + "/login/", deadline_s=60)
         self.check_alive()
         return self
@@ -116,17 +133,35 @@ class Stack:
             raise RuntimeError(f"{', '.join(dead)} exited early:\n{self.logs()}")
 
     def start_worker(self) -> None:
-        self.start_process("worker", [
-            sys.executable, "tests/alerts/celery_proc.py", "worker",
-            "--loglevel", self.worker_loglevel, "--pool", "prefork",
-            "--concurrency", str(self.worker_concurrency), "--without-gossip",
-            "--without-mingle", "--hostname", f"alerts-{uuid.uuid4().hex[:6]}@%h"])
+        self.start_process(
+            "worker",
+            [
+                sys.executable,
+                "tests/alerts/celery_proc.py",
+                "worker",
+                "--loglevel",
+                self.worker_loglevel,
+                "--pool",
+                "prefork",
+                "--concurrency",
+                str(self.worker_concurrency),
+                "--without-gossip",
+                "--without-mingle",
+                "--hostname",
+                f"alerts-{uuid.uuid4().hex[:6]}@%h",
+            ],
+        )
 
     def start_process(self, name: str, argv: list[str]) -> None:
         log = open(self.dir / f"{name}.log", "ab")  # noqa: SIM115 (lives with the process)
-        self.processes[name] = subprocess.Popen(argv, cwd=ROOT, env=self.env, stdout=log,
-                                                stderr=subprocess.STDOUT,
-                                                start_new_session=True)
+        self.processes[name] = subprocess.Popen(
+            argv,
+            cwd=ROOT,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
     def kill(self, name: str) -> None:
         """SIGKILL the process group: no warm shutdown, no ack, no cleanup."""
@@ -151,13 +186,20 @@ class Stack:
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def logs(self) -> str:
-        return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}"
-                         for p in self.dir.glob("*.log"))
+        return "\n".join(
+            f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}" for p in self.dir.glob("*.log")
+        )
 
     # helpers ---------------------------------------------------------------------------
     def manage(self, *args: str) -> str:
-        done = subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=self.env,
-                              capture_output=True, text=True, timeout=180)
+        done = subprocess.run(
+            [sys.executable, "manage.py", *args],
+            cwd=ROOT,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
         if done.returncode != 0:
             raise RuntimeError(f"manage.py {args[0]} failed:\n{done.stdout}\n{done.stderr}")
         return done.stdout
@@ -166,8 +208,9 @@ class Stack:
         return self.manage("shell", "-c", code)
 
     def bootstrap(self, project: str) -> str:
-        out = self.manage("bootstrap", "--user", "alerts", "--password", "alerts-pass",
-                          "--project", project)
+        out = self.manage(
+            "bootstrap", "--user", "alerts", "--password", "alerts-pass", "--project", project
+        )
         return next(line[6:] for line in out.splitlines() if line.startswith("token="))
 
     def query(self, sql: str) -> list[tuple[Any, ...]]:
@@ -189,8 +232,11 @@ class Stack:
 
     def post(self, path: str, token: str, body: dict[str, Any]) -> dict[str, Any]:
         request = urllib.request.Request(
-            self.url + path, data=json.dumps(body).encode(), method="POST",
-            headers={"Content-Type": "application/json", "Authorization": f"Bearer {token}"})
+            self.url + path,
+            data=json.dumps(body).encode(),
+            method="POST",
+            headers={"Content-Type": "application/json", "Authorization": f"Bearer {token}"},
+        )
         with urllib.request.urlopen(request, timeout=30) as response:
             return json.loads(response.read())
 

@@ -19,64 +19,105 @@ def window(series_by_key: dict[tuple[str, str], Series], **extra: object) -> Run
 
 
 def test_it_fires_low_utilization_when_the_gpus_average_below_the_threshold() -> None:
-    verdict = evaluate(kind="low_utilization", threshold=30, window=window({
-        ("gpu:0", "gpu.utilization"): series(8.0), ("gpu:1", "gpu.utilization"): series(12.0)}))
+    verdict = evaluate(
+        kind="low_utilization",
+        threshold=30,
+        window=window(
+            {("gpu:0", "gpu.utilization"): series(8.0), ("gpu:1", "gpu.utilization"): series(12.0)}
+        ),
+    )
     assert verdict.holds is True
     assert verdict.numbers["mean_utilization"] == 10.0
     assert "10%" in verdict.summary
 
 
 def test_it_does_not_fire_low_utilization_on_busy_gpus() -> None:
-    verdict = evaluate(kind="low_utilization", threshold=30, window=window({
-        ("gpu:0", "gpu.utilization"): series(95.0)}))
+    verdict = evaluate(
+        kind="low_utilization",
+        threshold=30,
+        window=window({("gpu:0", "gpu.utilization"): series(95.0)}),
+    )
     assert verdict.holds is False
 
 
 def test_it_waits_for_the_samples_to_cover_the_window() -> None:
-    verdict = evaluate(kind="low_utilization", threshold=30, window=window({
-        ("gpu:0", "gpu.utilization"): series(0.0, seconds=60)}))
+    verdict = evaluate(
+        kind="low_utilization",
+        threshold=30,
+        window=window({("gpu:0", "gpu.utilization"): series(0.0, seconds=60)}),
+    )
     assert verdict.holds is None
 
 
 def test_it_cannot_tell_low_utilization_without_gpus() -> None:
-    verdict = evaluate(kind="low_utilization", threshold=30, window=window({
-        ("process", "process.cpu_percent"): series(100.0)}))
+    verdict = evaluate(
+        kind="low_utilization",
+        threshold=30,
+        window=window({("process", "process.cpu_percent"): series(100.0)}),
+    )
     assert verdict.holds is None
 
 
 def test_it_fires_idle_memory_held_for_an_idle_gpu_holding_memory() -> None:
-    verdict = evaluate(kind="idle_memory_held", threshold=5, window=window({
-        ("gpu:0", "gpu.utilization"): series(0.0),
-        ("gpu:0", "gpu.memory_used"): series(40.0 * GIB)}))
+    verdict = evaluate(
+        kind="idle_memory_held",
+        threshold=5,
+        window=window(
+            {
+                ("gpu:0", "gpu.utilization"): series(0.0),
+                ("gpu:0", "gpu.memory_used"): series(40.0 * GIB),
+            }
+        ),
+    )
     assert verdict.holds is True
     assert verdict.numbers["idle_gpus"]["gpu:0"]["memory_gib"] == 40.0
     assert "40 GiB" in verdict.summary
 
 
 def test_it_does_not_fire_idle_memory_held_when_the_memory_was_released() -> None:
-    verdict = evaluate(kind="idle_memory_held", threshold=5, window=window({
-        ("gpu:0", "gpu.utilization"): series(0.0),
-        ("gpu:0", "gpu.memory_used"): series(0.2 * GIB)}))
+    verdict = evaluate(
+        kind="idle_memory_held",
+        threshold=5,
+        window=window(
+            {
+                ("gpu:0", "gpu.utilization"): series(0.0),
+                ("gpu:0", "gpu.memory_used"): series(0.2 * GIB),
+            }
+        ),
+    )
     assert verdict.holds is False
 
 
 def test_it_does_not_fire_idle_memory_held_on_a_busy_gpu() -> None:
-    verdict = evaluate(kind="idle_memory_held", threshold=5, window=window({
-        ("gpu:0", "gpu.utilization"): series(70.0),
-        ("gpu:0", "gpu.memory_used"): series(40.0 * GIB)}))
+    verdict = evaluate(
+        kind="idle_memory_held",
+        threshold=5,
+        window=window(
+            {
+                ("gpu:0", "gpu.utilization"): series(70.0),
+                ("gpu:0", "gpu.memory_used"): series(40.0 * GIB),
+            }
+        ),
+    )
     assert verdict.holds is False
 
 
 def test_it_fires_stalled_when_no_step_ended_in_the_window() -> None:
-    verdict = evaluate(kind="stalled", threshold=0, window=window(
-        {("gpu:0", "gpu.utilization"): series(0.0)}, steps_total=1200, last_step_at=NOW - 900))
+    verdict = evaluate(
+        kind="stalled",
+        threshold=0,
+        window=window(
+            {("gpu:0", "gpu.utilization"): series(0.0)}, steps_total=1200, last_step_at=NOW - 900
+        ),
+    )
     assert verdict.holds is True
     assert "15 min ago" in verdict.summary
 
 
 def test_it_does_not_fire_stalled_while_steps_progress() -> None:
-    verdict = evaluate(kind="stalled", threshold=0, window=window(
-        {}, steps_total=1200, last_step_at=NOW - 2))
+    verdict = evaluate(
+        kind="stalled", threshold=0, window=window({}, steps_total=1200, last_step_at=NOW - 2)
+    )
     assert verdict.holds is False
 
 
@@ -86,34 +127,49 @@ def test_it_does_not_call_a_run_without_any_step_stalled() -> None:
 
 
 def test_it_fires_throttling_on_thermal_or_power_reasons() -> None:
-    verdict = evaluate(kind="throttling", threshold=50, window=window({
-        ("gpu:0", "gpu.throttle_reasons"): series(float(0x20 | 0x4))}))
+    verdict = evaluate(
+        kind="throttling",
+        threshold=50,
+        window=window({("gpu:0", "gpu.throttle_reasons"): series(float(0x20 | 0x4))}),
+    )
     assert verdict.holds is True
     assert verdict.numbers["reasons"] == ["SW thermal", "power cap"]
 
 
 def test_it_ignores_idle_and_sync_boost_throttle_reasons() -> None:
-    verdict = evaluate(kind="throttling", threshold=50, window=window({
-        ("gpu:0", "gpu.throttle_reasons"): series(float(0x1 | 0x10))}))
+    verdict = evaluate(
+        kind="throttling",
+        threshold=50,
+        window=window({("gpu:0", "gpu.throttle_reasons"): series(float(0x1 | 0x10))}),
+    )
     assert verdict.holds is False
 
 
 def test_it_fires_step_regression_against_the_runs_own_baseline() -> None:
-    verdict = evaluate(kind="step_regression", threshold=25, window=window(
-        {("rank:0", "step.duration"): series(0.8)}, baseline_steps=[0.5] * 50))
+    verdict = evaluate(
+        kind="step_regression",
+        threshold=25,
+        window=window({("rank:0", "step.duration"): series(0.8)}, baseline_steps=[0.5] * 50),
+    )
     assert verdict.holds is True
     assert verdict.numbers["worse_pct"] == 60.0
 
 
 def test_it_does_not_fire_step_regression_within_the_tolerance() -> None:
-    verdict = evaluate(kind="step_regression", threshold=25, window=window(
-        {("rank:0", "step.duration"): series(0.55)}, baseline_steps=[0.5] * 50))
+    verdict = evaluate(
+        kind="step_regression",
+        threshold=25,
+        window=window({("rank:0", "step.duration"): series(0.55)}, baseline_steps=[0.5] * 50),
+    )
     assert verdict.holds is False
 
 
 def test_it_waits_for_a_baseline_before_judging_step_time() -> None:
-    verdict = evaluate(kind="step_regression", threshold=25, window=window(
-        {("rank:0", "step.duration"): series(5.0)}, baseline_steps=[0.5] * 3))
+    verdict = evaluate(
+        kind="step_regression",
+        threshold=25,
+        window=window({("rank:0", "step.duration"): series(5.0)}, baseline_steps=[0.5] * 3),
+    )
     assert verdict.holds is None
 
 

@@ -27,8 +27,9 @@ def queued_test_message(channel: Channel, owner: Any) -> int:
     return services.channel_send_test(channel=channel, user=owner, enqueue=None)
 
 
-def test_it_delivers_the_payload_and_logs_the_attempt(project: Any, owner: Any,
-                                                      receiver: Receiver) -> None:
+def test_it_delivers_the_payload_and_logs_the_attempt(
+    project: Any, owner: Any, receiver: Receiver
+) -> None:
     delivery_id = queued_test_message(channel_for(project, url=receiver.url), owner)
     assert delivery_send(delivery_id=delivery_id) == "ok"
     body = receiver.wait_for(1)[0]
@@ -40,32 +41,40 @@ def test_it_delivers_the_payload_and_logs_the_attempt(project: Any, owner: Any,
     assert (attempt.outcome, attempt.detail) == ("ok", "HTTP 200")
 
 
-def test_it_sends_once_when_the_task_runs_twice(project: Any, owner: Any,
-                                                receiver: Receiver) -> None:
+def test_it_sends_once_when_the_task_runs_twice(
+    project: Any, owner: Any, receiver: Receiver
+) -> None:
     delivery_id = queued_test_message(channel_for(project, url=receiver.url), owner)
     outcomes = [delivery_send(delivery_id=delivery_id) for _ in range(3)]
     assert outcomes == ["ok", None, None]
     assert len(receiver.got) == 1
 
 
-def test_it_does_not_send_a_delivery_another_worker_holds(project: Any, owner: Any,
-                                                          receiver: Receiver) -> None:
+def test_it_does_not_send_a_delivery_another_worker_holds(
+    project: Any, owner: Any, receiver: Receiver
+) -> None:
     delivery_id = queued_test_message(channel_for(project, url=receiver.url), owner)
     Delivery.objects.filter(id=delivery_id).update(claimed_at=timezone.now())
     assert delivery_send(delivery_id=delivery_id) is None
     assert receiver.got == []
 
 
-def test_it_retakes_a_claim_left_by_a_dead_worker(project: Any, owner: Any,
-                                                   receiver: Receiver) -> None:
+def test_it_retakes_a_claim_left_by_a_dead_worker(
+    project: Any, owner: Any, receiver: Receiver
+) -> None:
     delivery_id = queued_test_message(channel_for(project, url=receiver.url), owner)
     dead = timezone.now() - timedelta(minutes=5)
     Delivery.objects.filter(id=delivery_id).update(claimed_at=dead, attempts=1)
     swept: list[int] = []
-    DeliveryAttempt.objects.create(delivery_id=delivery_id, channel_id=Delivery.objects.get(
-        id=delivery_id).channel_id, at=dead, outcome="started")  # as the dead worker left it
+    DeliveryAttempt.objects.create(
+        delivery_id=delivery_id,
+        channel_id=Delivery.objects.get(id=delivery_id).channel_id,
+        at=dead,
+        outcome="started",
+    )  # as the dead worker left it
     assert deliveries_sweep(now=timezone.now(), enqueue=lambda i, d: swept.append(i)) == [
-        delivery_id]
+        delivery_id
+    ]
     assert delivery_send(delivery_id=swept[0]) == "ok"
     assert Delivery.objects.get(id=delivery_id).attempts == 2
     assert len(receiver.got) == 1
@@ -74,9 +83,13 @@ def test_it_retakes_a_claim_left_by_a_dead_worker(project: Any, owner: Any,
 
 
 @pytest.mark.parametrize("status", [500, 503, 429])
-def test_it_retries_a_transient_failure_later(project: Any, owner: Any, receiver: Receiver,
-                                              status: int,
-                                              django_capture_on_commit_callbacks: Any) -> None:
+def test_it_retries_a_transient_failure_later(
+    project: Any,
+    owner: Any,
+    receiver: Receiver,
+    status: int,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
     receiver.statuses = [status]
     receiver.headers_out = {"Retry-After": "45"} if status == 429 else {}
     delivery_id = queued_test_message(channel_for(project, url=receiver.url), owner)
@@ -96,8 +109,9 @@ def test_it_retries_a_transient_failure_later(project: Any, owner: Any, receiver
     assert outcomes == ["transient", "ok"]
 
 
-def test_it_retries_a_timeout(project: Any, owner: Any, receiver: Receiver,
-                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_it_retries_a_timeout(
+    project: Any, owner: Any, receiver: Receiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(http, "TIMEOUT_S", 0.3)
     receiver.delay_s = 1.0
     delivery_id = queued_test_message(channel_for(project, url=receiver.url), owner)
@@ -158,8 +172,7 @@ def test_it_sends_email_through_djangos_mail_settings(project: Any, owner: Any) 
     assert mail.outbox[0].subject.startswith("[TEST]")
 
 
-def test_it_resends_a_message_the_broker_lost_but_not_a_fresh_one(project: Any,
-                                                                   owner: Any) -> None:
+def test_it_resends_a_message_the_broker_lost_but_not_a_fresh_one(project: Any, owner: Any) -> None:
     channel = channel_for(project, url="http://127.0.0.1:9/hook")
     fresh = queued_test_message(channel, owner)
     lost = queued_test_message(channel, owner)

@@ -44,8 +44,7 @@ def stack(request: pytest.FixtureRequest) -> Iterator[Stack]:
             missing("PostgreSQL is not answering on 127.0.0.1:5432")
         database_url = postgres_database_create()
     # Two worker processes, so duplicate tasks really run side by side.
-    running = Stack(interval_s=1.0, claim_s=4.0, worker_concurrency=2,
-                    database_url=database_url)
+    running = Stack(interval_s=1.0, claim_s=4.0, worker_concurrency=2, database_url=database_url)
     try:
         yield running.start()
     finally:
@@ -89,7 +88,8 @@ def test_it_fires_once_then_resolves_once(stack: Stack) -> None:
             # The same work handed to the worker again sends nothing more.
             (delivery_id,) = stack.query(
                 "select d.id from alerts_delivery d join alerts_channel c on c.id = d.channel_id"
-                " join projects_project p on p.id = c.project_id where p.name = 'e2e-fire'")[0]
+                " join projects_project p on p.id = c.project_id where p.name = 'e2e-fire'"
+            )[0]
             for _ in range(3):
                 stack.send_task("perfweb.alerts.tasks.deliver_task", delivery_id)
                 stack.send_task("perfweb.alerts.tasks.alerts_tick_task")
@@ -103,12 +103,15 @@ def test_it_fires_once_then_resolves_once(stack: Stack) -> None:
             run.finish()
         assert [b["event"] for b in receiver.bodies()] == ["firing", "resolved"]
         assert not run.errors
-    in_project = ("join alerts_channel c on c.id = a.channel_id join projects_project p "
-                  "on p.id = c.project_id where p.name = 'e2e-fire'")
+    in_project = (
+        "join alerts_channel c on c.id = a.channel_id join projects_project p "
+        "on p.id = c.project_id where p.name = 'e2e-fire'"
+    )
     events = stack.query(
         "select e.kind from alerts_alertevent e join alerts_alert a on a.id = e.alert_id "
         "join alerts_alertrule r on r.id = a.rule_id join projects_project p "
-        "on p.id = r.project_id where p.name = 'e2e-fire' order by e.at")
+        "on p.id = r.project_id where p.name = 'e2e-fire' order by e.at"
+    )
     assert events == [("firing",), ("resolved",)]
     attempts = stack.query(f"select a.outcome from alerts_deliveryattempt a {in_project}")
     assert attempts == [("ok",), ("ok",)]
@@ -134,10 +137,12 @@ def test_it_delivers_once_after_the_worker_is_killed_mid_delivery(stack: Stack) 
     project_delivery = stack.query(
         "select d.attempts, d.delivered_at is not null from alerts_delivery d "
         "join alerts_channel c on c.id = d.channel_id join projects_project p "
-        "on p.id = c.project_id where p.name = 'e2e-kill' and d.event_id is not null")
+        "on p.id = c.project_id where p.name = 'e2e-kill' and d.event_id is not null"
+    )
     assert project_delivery == [(2, 1)]
     attempts = stack.query(
         "select a.outcome from alerts_deliveryattempt a join alerts_channel c on c.id = "
         "a.channel_id join projects_project p on p.id = c.project_id where p.name = 'e2e-kill' "
-        "order by a.at")
+        "order by a.at"
+    )
     assert attempts == [("interrupted",), ("ok",)]

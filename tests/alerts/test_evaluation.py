@@ -23,15 +23,15 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def low_util_only(project: Any) -> AlertRule:
     """The project's default low-utilisation rule, the others switched off."""
-    AlertRule.objects.filter(project=project).exclude(kind="low_utilization").update(
-        enabled=False)
+    AlertRule.objects.filter(project=project).exclude(kind="low_utilization").update(enabled=False)
     return AlertRule.objects.get(project=project, kind="low_utilization")
 
 
 @pytest.fixture
 def channel(project: Any) -> Any:
-    return services.channel_create(project=project, kind="webhook", name="hook",
-                                   config={"url": "http://127.0.0.1:9/hook"})
+    return services.channel_create(
+        project=project, kind="webhook", name="hook", config={"url": "http://127.0.0.1:9/hook"}
+    )
 
 
 def tick(seconds_later: float = 0.0) -> list[int]:
@@ -42,12 +42,19 @@ def test_it_creates_the_default_rules_for_a_new_project(project: Any) -> None:
     rules = {r.kind: r for r in AlertRule.objects.filter(project=project)}
     assert rules["low_utilization"].enabled
     assert (rules["low_utilization"].threshold, rules["low_utilization"].window_minutes) == (30, 5)
-    assert set(rules) == {"low_utilization", "idle_memory_held", "stalled", "throttling",
-                          "step_regression", "finding_gain"}
+    assert set(rules) == {
+        "low_utilization",
+        "idle_memory_held",
+        "stalled",
+        "throttling",
+        "step_regression",
+        "finding_gain",
+    }
 
 
-def test_it_fires_once_and_resolves_once(project: Any, low_util_only: AlertRule,
-                                         channel: Any) -> None:
+def test_it_fires_once_and_resolves_once(
+    project: Any, low_util_only: AlertRule, channel: Any
+) -> None:
     run = run_create(project=project)
     now = time.time()
     samples_add(run=run, name="gpu.utilization", values=5.0, end=now, seconds=300)
@@ -73,14 +80,22 @@ def test_it_fires_once_and_resolves_once(project: Any, low_util_only: AlertRule,
     assert Delivery.objects.count() == 2
 
 
-def test_it_stores_one_change_when_two_evaluations_race(project: Any, low_util_only: AlertRule,
-                                                        channel: Any) -> None:
+def test_it_stores_one_change_when_two_evaluations_race(
+    project: Any, low_util_only: AlertRule, channel: Any
+) -> None:
     run = run_create(project=project)
     first_read = Alert.objects.create(rule=low_util_only, run=run)
     second_read = Alert.objects.get(id=first_read.id)  # both evaluations saw "ok"
     moves = [
-        event_store(alert=read, kind="firing", to_state=Alert.FIRING, summary="low",
-                    numbers={}, finding=None, now=timezone.now())
+        event_store(
+            alert=read,
+            kind="firing",
+            to_state=Alert.FIRING,
+            summary="low",
+            numbers={},
+            finding=None,
+            now=timezone.now(),
+        )
         for read in (first_read, second_read)
     ]
     assert moves[0] is not None and moves[1] is None
@@ -115,8 +130,9 @@ def test_it_resolves_when_the_run_ends(project: Any, low_util_only: AlertRule) -
     assert (event.kind, event.summary) == ("resolved", "run finished")
 
 
-def test_it_reminds_while_firing_until_acknowledged(project: Any, owner: Any,
-                                                    low_util_only: AlertRule) -> None:
+def test_it_reminds_while_firing_until_acknowledged(
+    project: Any, owner: Any, low_util_only: AlertRule
+) -> None:
     services.rule_update(rule=low_util_only, reminder_minutes=10)
     run = run_create(project=project)
     samples_add(run=run, name="gpu.utilization", values=1.0, end=time.time(), seconds=300)
@@ -128,8 +144,9 @@ def test_it_reminds_while_firing_until_acknowledged(project: Any, owner: Any,
     assert tick(seconds_later=30 * 60) == []
 
 
-def test_it_stores_but_does_not_send_while_snoozed(project: Any, channel: Any,
-                                                   low_util_only: AlertRule) -> None:
+def test_it_stores_but_does_not_send_while_snoozed(
+    project: Any, channel: Any, low_util_only: AlertRule
+) -> None:
     run = run_create(project=project)
     alert = Alert.objects.create(rule=low_util_only, run=run)
     services.alert_snooze(alert=alert, minutes=60)
@@ -141,8 +158,7 @@ def test_it_stores_but_does_not_send_while_snoozed(project: Any, channel: Any,
 
 
 def test_it_fires_idle_memory_held_with_the_why(project: Any, channel: Any) -> None:
-    AlertRule.objects.filter(project=project).exclude(kind="idle_memory_held").update(
-        enabled=False)
+    AlertRule.objects.filter(project=project).exclude(kind="idle_memory_held").update(enabled=False)
     run = run_create(project=project)
     now = time.time()
     samples_add(run=run, name="gpu.utilization", values=0.0, end=now, seconds=600)
@@ -154,8 +170,9 @@ def test_it_fires_idle_memory_held_with_the_why(project: Any, channel: Any) -> N
     assert Alert.objects.get().why.startswith("idle GPU holding memory")
 
 
-def test_it_says_input_bound_when_the_loop_waits_on_data(project: Any, channel: Any,
-                                                        low_util_only: AlertRule) -> None:
+def test_it_says_input_bound_when_the_loop_waits_on_data(
+    project: Any, channel: Any, low_util_only: AlertRule
+) -> None:
     run = run_create(project=project, steps=300)
     now = time.time()
     samples_add(run=run, name="gpu.utilization", values=10.0, end=now, seconds=300)
@@ -170,8 +187,14 @@ def test_it_says_input_bound_when_the_loop_waits_on_data(project: Any, channel: 
 def test_it_fires_stalled_for_a_run_whose_steps_stopped(project: Any) -> None:
     AlertRule.objects.filter(project=project).exclude(kind="stalled").update(enabled=False)
     run = run_create(project=project, steps=100)
-    samples_add(run=run, name="step.duration", values=0.5, end=time.time() - 1200, seconds=100,
-                device="rank:0")
+    samples_add(
+        run=run,
+        name="step.duration",
+        values=0.5,
+        end=time.time() - 1200,
+        seconds=100,
+        device="rank:0",
+    )
     tick()
     assert "last step 20 min ago" in AlertEvent.objects.get().summary
 
@@ -185,37 +208,51 @@ def test_it_gives_projects_from_before_the_alerts_app_their_default_rules(owner:
 
     old = Project.objects.create(name="legacy")
     AlertRule.objects.filter(project=old).delete()  # as if created before the app existed
-    import_module("perfweb.alerts.migrations.0002_default_rules_for_existing_projects") \
-        .add_defaults(apps, None)
+    import_module(
+        "perfweb.alerts.migrations.0002_default_rules_for_existing_projects"
+    ).add_defaults(apps, None)
     rules = AlertRule.objects.filter(project=old)
-    assert rules.filter(kind="low_utilization", enabled=True, threshold=30,
-                        window_minutes=5).exists()
+    assert rules.filter(
+        kind="low_utilization", enabled=True, threshold=30, window_minutes=5
+    ).exists()
     assert rules.count() == 6
 
 
 def stored_finding(run: Run, *, rule_id: str, gain: float) -> None:
     from perfweb.diagnostics.models import Finding
 
-    Finding.objects.create(run=run, rule_id=rule_id, rank=1, score=gain, title="input bound",
-                           risk="data-path", confidence=0.9, estimated_gain=gain,
-                           fix={"text": "raise num_workers to 8"})
+    Finding.objects.create(
+        run=run,
+        rule_id=rule_id,
+        rank=1,
+        score=gain,
+        title="input bound",
+        risk="data-path",
+        confidence=0.9,
+        estimated_gain=gain,
+        fix={"text": "raise num_workers to 8"},
+    )
 
 
-def test_it_quotes_the_runs_top_stored_finding_as_the_why(project: Any, channel: Any,
-                                                         low_util_only: AlertRule) -> None:
+def test_it_quotes_the_runs_top_stored_finding_as_the_why(
+    project: Any, channel: Any, low_util_only: AlertRule
+) -> None:
     run = run_create(project=project)
     stored_finding(run, rule_id="dataloader.num_workers", gain=0.41)
     samples_add(run=run, name="gpu.utilization", values=10.0, end=time.time(), seconds=300)
     tick()
     why = AlertEvent.objects.get().payload["why"]
     assert (why["fix_id"], why["gain_pct"], why["fix"]) == (
-        "dataloader.num_workers", 41.0, "raise num_workers to 8")
+        "dataloader.num_workers",
+        41.0,
+        "raise num_workers to 8",
+    )
 
 
-def test_it_keeps_the_system_diagnosis_for_an_idle_gpu_holding_memory(project: Any,
-                                                                      channel: Any) -> None:
-    AlertRule.objects.filter(project=project).exclude(kind="idle_memory_held").update(
-        enabled=False)
+def test_it_keeps_the_system_diagnosis_for_an_idle_gpu_holding_memory(
+    project: Any, channel: Any
+) -> None:
+    AlertRule.objects.filter(project=project).exclude(kind="idle_memory_held").update(enabled=False)
     run = run_create(project=project)
     stored_finding(run, rule_id="dataloader.num_workers", gain=0.41)
     now = time.time()

@@ -22,9 +22,13 @@ class ConfigForm(forms.Form):
 
 
 def send(*, config: dict[str, Any], message: dict[str, Any]) -> str:
-    mail = EmailMessage(subject=headline(message), body="\n".join(text_lines(message)),
-                        from_email=conf.from_email(), to=[config["to"]],
-                        connection=get_connection(fail_silently=False, timeout=TIMEOUT_S))
+    mail = EmailMessage(
+        subject=headline(message),
+        body="\n".join(text_lines(message)),
+        from_email=conf.from_email(),
+        to=[config["to"]],
+        connection=get_connection(fail_silently=False, timeout=TIMEOUT_S),
+    )
     try:
         mail.send(fail_silently=False)
     except smtplib.SMTPRecipientsRefused as error:

@@ -20,8 +20,12 @@ def post_json(*, url: str, body: Any, headers: dict[str, str] | None = None) -> 
     if urlsplit(url).scheme not in ("http", "https"):
         raise PermanentError(f"not an http(s) URL: {url!r}")
     data = json.dumps(body).encode()
-    request = urllib.request.Request(url, data=data, method="POST", headers={
-        "Content-Type": "application/json", "User-Agent": USER_AGENT, **(headers or {})})
+    request = urllib.request.Request(
+        url,
+        data=data,
+        method="POST",
+        headers={"Content-Type": "application/json", "User-Agent": USER_AGENT, **(headers or {})},
+    )
     try:
         with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
             return f"HTTP {response.status}"

@@ -19,6 +19,8 @@ class ConfigForm(forms.Form):
 
 def send(*, config: dict[str, Any], message: dict[str, Any]) -> str:
     body = "\n".join(text_lines(message)[1:])
-    blocks = [{"type": "section", "text": {"type": "mrkdwn", "text": f"*{headline(message)}*"}},
-              {"type": "section", "text": {"type": "mrkdwn", "text": body}}]
+    blocks = [
+        {"type": "section", "text": {"type": "mrkdwn", "text": f"*{headline(message)}*"}},
+        {"type": "section", "text": {"type": "mrkdwn", "text": body}},
+    ]
     return post_json(url=config["url"], body={"text": headline(message), "blocks": blocks})

@@ -23,8 +23,13 @@ def add_defaults(apps: Any, schema_editor: Any) -> None:
     rule_model = apps.get_model("alerts", "AlertRule")
     for project in project_model.objects.filter(alert_rules__isnull=True).distinct():
         rule_model.objects.bulk_create(
-            rule_model(project=project, kind=kind, enabled=enabled, threshold=threshold,
-                       window_minutes=window)
+            rule_model(
+                project=project,
+                kind=kind,
+                enabled=enabled,
+                threshold=threshold,
+                window_minutes=window,
+            )
             for kind, enabled, threshold, window in DEFAULTS
         )
 
