@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from agent.protocol import API_PREFIX
 from perfweb.dashboard.panels import Panel
 from perfweb.diagnostics import selectors
 from perfweb.diagnostics.formatting import format_value, pct
-from perfweb.diagnostics.models import Finding
+from perfweb.diagnostics.models import Finding, RunDiagnosis
 from perfweb.jobs.selectors import measured_gains_for_run
 from perfweb.runs.models import Run
 
@@ -23,18 +24,35 @@ RISK_LABELS = {
 def findings_panel(*, run: Run, user: Any) -> Panel:
     """Shown for every run the user may see (the dashboard has already scoped `run`)."""
     measured = measured_gains_for_run(run=run)
+    state = selectors.diagnosis_state(run=run)
     return Panel(
         template="diagnostics/_findings.html",
         context={
             "run_id": run.run_id,
+            "api": f"{API_PREFIX}/runs/{run.run_id}/findings",
+            "live": _live(run=run, state=state),
+            "diagnosed_ts": _timestamp(state),
             "findings": [
                 finding_view(finding=f, verification=measured.get(f.rule_id))
                 for f in selectors.findings_for_run(run=run)
             ],
-            "diagnosis": selectors.diagnosis_state(run=run),
+            "diagnosis": state,
             "traces": selectors.traces_json(run=run),
         },
     )
+
+
+def _timestamp(state: RunDiagnosis | None) -> str:
+    """As the findings API writes `diagnosed_at` (the browser compares the two as text)."""
+    return repr(state.diagnosed_at.timestamp()) if state and state.diagnosed_at else ""
+
+
+def _live(*, run: Run, state: RunDiagnosis | None) -> bool:
+    """Whether a newer diagnosis may still come: the run is running, or has data its last
+    diagnosis has not seen (it ended a moment ago)."""
+    if run.status == Run.RUNNING:
+        return True
+    return state is None or state.data_seen_at is None or state.data_seen_at < run.last_seen_at
 
 
 def finding_view(*, finding: Finding, verification: dict[str, Any] | None) -> dict[str, Any]:
