@@ -15,6 +15,7 @@ from perfweb.alerts.delivery import delivery_send
 from perfweb.alerts.models import Channel, Delivery, DeliveryAttempt
 from perfweb.alerts.sweep import deliveries_sweep
 from tests.alerts.receiver import Receiver
+from tests.alerts.smtp_sink import SmtpSink
 
 pytestmark = pytest.mark.django_db
 
@@ -179,3 +180,23 @@ def test_it_resends_a_message_the_broker_lost_but_not_a_fresh_one(project: Any, 
     Delivery.objects.filter(id=lost).update(due_at=timezone.now() - timedelta(minutes=5))
     assert deliveries_sweep(now=timezone.now(), enqueue=lambda i, d: None) == [lost]
     assert fresh != lost
+
+
+@pytest.mark.parametrize(
+    ("rcpt_reply", "outcome"),
+    [("250 OK", "ok"), ("550 no such user", "permanent"), ("451 try again later", "transient")],
+)
+def test_it_sends_email_through_a_real_smtp_server(
+    project: Any, owner: Any, settings: Any, rcpt_reply: str, outcome: str
+) -> None:
+    with SmtpSink(reply_to_rcpt=rcpt_reply) as sink:
+        settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+        settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", sink.port
+        channel = channel_for(project, kind="email", to="oncall@example.com")
+        assert delivery_send(delivery_id=queued_test_message(channel, owner)) == outcome
+    if outcome == "ok":
+        ((recipients, raw),) = sink.messages
+        assert recipients == ["oncall@example.com"]
+        assert "Subject: [TEST]" in raw
+    else:
+        assert sink.messages == []

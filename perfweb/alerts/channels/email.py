@@ -32,7 +32,9 @@ def send(*, config: dict[str, Any], message: dict[str, Any]) -> str:
     try:
         mail.send(fail_silently=False)
     except smtplib.SMTPRecipientsRefused as error:
-        raise PermanentError(f"recipient refused: {error.recipients}") from None
+        codes = [code for code, _ in error.recipients.values()]
+        kind = TransientError if codes and all(400 <= c < 500 for c in codes) else PermanentError
+        raise kind(f"recipient refused: {error.recipients}") from None
     except smtplib.SMTPResponseException as error:
         kind = TransientError if 400 <= error.smtp_code < 500 else PermanentError
         raise kind(f"SMTP {error.smtp_code}: {error.smtp_error!r}") from None
