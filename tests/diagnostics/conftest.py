@@ -15,10 +15,16 @@ from typing import Any
 import pytest
 
 from agent.traces import chunk_bodies
+from tests.recommender.conftest import peer_traces_dir
 from tests.server.agent_client import AGENT_ID, RUN_ID, T0, Agent
 
-PEER_TRACE = Path(__file__).resolve().parents[3] / "shared" / "peer-traces" / "hta"
-NS_TRACE = PEER_TRACE / "ns_resolution_trace" / "rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz"
+PEER = peer_traces_dir()  # ../shared/peer-traces (or $PERFWEB_PEER_TRACES)
+NS_TRACE = (
+    (PEER or Path("/nonexistent"))
+    / "hta"
+    / "ns_resolution_trace"
+    / ("rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz")
+)
 
 
 @pytest.fixture(autouse=True)
