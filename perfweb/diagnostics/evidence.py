@@ -2,7 +2,8 @@
 
 Bounded: each series is read over the last `conf.diagnose_window_s()` of the run's data,
 at most `SERIES_POINTS` points (MinMaxLTTB), and steps over a window short enough to hold at
-most `STEP_POINTS` raw steps per rank, so a week-long run costs what a short one does.
+most `STEP_POINTS` raw steps per rank, and the latest `TRACES_PER_RANK` analysed traces of
+each rank, so a week-long run costs what a short one does.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from recommender.evidence import RunEvidence, Series, StepSample
 SERIES_POINTS = 2000
 STEP_POINTS = 5000
 STEP_SERIES = ("step.duration", "step.data_wait")
+TRACES_PER_RANK = 8  # a long run's profiler windows add up: the latest ones describe it now
 
 
 def run_evidence(*, run: Run) -> RunEvidence:
@@ -84,8 +86,13 @@ def _rank_of(device: str) -> int:
 
 
 def _analysed_traces(*, run: Run) -> list[Trace]:
-    traces = Trace.objects.filter(run=run, summary__isnull=False).order_by("rank", "created_at")
-    return [trace for trace in traces if summary_is_current(trace.summary)]
+    """The latest TRACES_PER_RANK analysed profiler windows of each rank, oldest first."""
+    traces = Trace.objects.filter(run=run, summary__isnull=False).order_by("-created_at", "-id")
+    kept: dict[int | None, list[Trace]] = defaultdict(list)
+    for trace in traces.iterator():
+        if len(kept[trace.rank]) < TRACES_PER_RANK and summary_is_current(trace.summary):
+            kept[trace.rank].append(trace)
+    return sorted((t for group in kept.values() for t in group), key=lambda t: (t.rank or 0, t.id))
 
 
 def _devices(*, run: Run) -> list[dict[str, Any]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -93,3 +94,21 @@ def test_a_trace_the_analysis_fails_on_does_not_stall_the_diagnosis(
     assert trace.analysis_error == "analysis failed: MemoryError('8 GB trace')"
     state = RunDiagnosis.objects.get(run=trace.run)
     assert state.diagnosed_at is not None and state.error == ""
+
+
+def test_a_diagnosis_reads_the_latest_traces_of_each_rank(
+    started: Agent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from perfweb.diagnostics import evidence
+    from perfweb.diagnostics.evidence import run_evidence
+
+    monkeypatch.setattr(evidence, "TRACES_PER_RANK", 2)
+    for n in range(3):
+        upload(started, trace_bytes(), name=f"window-{n}")
+    for trace in Trace.objects.all():
+        trace_analyse(trace=trace)
+    read = run_evidence(run=Run.objects.get()).traces
+    assert [Path(t.source).name for t in read] == [
+        "window-1.pt.trace.json.gz",
+        "window-2.pt.trace.json.gz",
+    ]
