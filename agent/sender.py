@@ -142,7 +142,7 @@ class Sender:
             if now >= next_sample:
                 self._safe_tick()
                 next_sample = max(next_sample + interval, now + interval * 0.5)
-            full = len(self.samples) >= self.settings.max_batch_samples
+            full = len(self.samples) + len(self.steps) >= self.settings.max_batch_samples
             if now >= next_flush or full:
                 self.cut_batch()
                 next_flush = now + self.settings.flush_interval

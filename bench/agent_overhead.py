@@ -25,6 +25,8 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+from agent_overhead_blocks import run_blocks  # noqa: E402 - bench/ is on sys.path as a script
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -119,6 +121,7 @@ def summarise(results: dict[str, list[dict[str, Any]]], steps: int) -> dict[str,
             "slowdown_pct": round(100 * (med / base - 1), 3),
             "rss_mb": round(rss / 2**20, 1),
             "added_rss_mb": round((rss - base_rss) / 2**20, 1),
+            "per_run_median_ms": [round(v * 1e3, 2) for v in values],
         }
     if results.get("profiler"):
         lo, hi = window(steps)
@@ -215,6 +218,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--modes", default=",".join(MODES))
     parser.add_argument("--micro-only", action="store_true", help="only the cost breakdown")
+    parser.add_argument("--blocks-only", action="store_true", help="only the in-process A/B")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "agent_overhead.json"))
     args = parser.parse_args()
     modes = args.modes.split(",")
@@ -224,6 +228,10 @@ def main() -> int:
         print(json.dumps({"micro": costs}), file=sys.stderr, flush=True)
         if args.micro_only:
             return 0
+        blocks = {f"{hz}hz": run_blocks(tmp, ROOT, 1.0 / hz) for hz in (1, 10)}
+        print(json.dumps({"blocks": blocks}), file=sys.stderr, flush=True)
+        if args.blocks_only:
+            return 0
         script = Path(tmp) / "loop.py"
         script.write_text(LOOP)
         for round_ in range(args.runs):
@@ -232,6 +240,7 @@ def main() -> int:
                 results[mode].append(run_once(script, mode, args.steps, os.path.join(tmp, "off")))
             print(f"round {round_ + 1}/{args.runs} done", file=sys.stderr, flush=True)
     summary = summarise(results, args.steps)
+    summary["in_process_ab"] = blocks
     step_s = summary["baseline"]["median_step_ms"] / 1e3
     summary["micro"] = {
         **{k: round(v, 4) for k, v in costs.items()},

@@ -1,9 +1,9 @@
-"""Started by `perf-agent attach` through PYTHONPATH: start the agent, then chain on.
+"""Started by `perf-agent attach` through PYTHONPATH: chain on, then start the agent.
 
 This directory is put first on PYTHONPATH of the command that `perf-agent attach` runs, so
-this file is imported by `site` at interpreter start-up, before the script. It starts the
-agent from the PERF_AGENT_* environment (without importing torch) and then imports any
-other `sitecustomize` further down the path, so an environment's own one still runs.
+this file is imported by `site` at interpreter start-up, before the script. It imports any
+other `sitecustomize` further down the path (so an environment's own one still runs), then
+starts the agent from the PERF_AGENT_* environment (without importing torch).
 """
 
 import os
@@ -46,8 +46,9 @@ def _start_agent() -> None:
 def _chain() -> None:
     here = os.path.dirname(os.path.abspath(__file__))
     ours = sys.modules.pop("sitecustomize", None)
-    saved = list(sys.path)
-    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
+    saved = sys.path
+    # a new list, not an in-place edit: another thread iterating sys.path must not skip entries
+    sys.path = [p for p in sys.path if os.path.abspath(p or ".") != here]
     try:
         import importlib
 
@@ -58,8 +59,8 @@ def _chain() -> None:
     except Exception as exc:  # noqa: BLE001 - their sitecustomize failed; site would warn too
         sys.stderr.write(f"Error in sitecustomize; set PYTHONVERBOSE for traceback: {exc}\n")
     finally:
-        sys.path[:] = saved
+        sys.path = saved
 
 
+_chain()  # their sitecustomize first, so the agent starts in the environment they set up
 _start_agent()
-_chain()

@@ -33,12 +33,25 @@ def test_process_collector_reports_the_process_and_its_workers_summed() -> None:
     assert values[("workers", "process.count")] == 2
 
 
-def test_psutil_and_procfs_sources_agree_on_this_process() -> None:
+def test_psutil_and_procfs_sources_agree_on_this_process_and_its_children() -> None:
+    import subprocess
+
     pytest.importorskip("psutil")
-    rss_psutil = PsutilSource().own()[1]
-    rss_proc = ProcfsSource().own()[1]
-    assert abs(rss_psutil - rss_proc) / rss_psutil < 0.2
-    assert ProcfsSource().children() is None
+    kids = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3)"])
+            for _ in range(2)]
+    try:
+        procfs, psutil_source = ProcfsSource(), PsutilSource()
+        rss_psutil, rss_proc = psutil_source.own()[1], procfs.own()[1]
+        assert abs(rss_psutil - rss_proc) / rss_psutil < 0.2
+        by_procfs, by_psutil = procfs.children(), psutil_source.children()
+        assert by_procfs is not None and by_psutil is not None
+        assert by_procfs[3] == by_psutil[3] == 2
+        assert abs(by_procfs[1] - by_psutil[1]) / by_psutil[1] < 0.2
+        assert {k.pid for k in kids} <= procfs.pids
+    finally:
+        for kid in kids:
+            kid.kill()
+            kid.wait()
 
 
 def test_settings_come_from_env_and_round_trip_to_children() -> None:
