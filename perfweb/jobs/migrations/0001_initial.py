@@ -6,86 +6,165 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('projects', '0001_initial'),
-        ('runs', '0001_initial'),
+        ("projects", "0001_initial"),
+        ("runs", "0001_initial"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='Job',
+            name="Job",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('host', models.CharField(max_length=255)),
-                ('finding_id', models.CharField(blank=True, max_length=100)),
-                ('knobs', models.JSONField()),
-                ('rounds', models.PositiveSmallIntegerField(default=5)),
-                ('steps', models.PositiveIntegerField(default=20)),
-                ('warmup', models.PositiveIntegerField(default=3)),
-                ('status', models.CharField(choices=[('queued', 'queued'), ('running', 'running'), ('succeeded', 'succeeded'), ('failed', 'failed'), ('cancelled', 'cancelled')], default='queued', max_length=10)),
-                ('claim_token', models.CharField(blank=True, max_length=64)),
-                ('runner_id', models.CharField(blank=True, max_length=64)),
-                ('claimed_at', models.DateTimeField(blank=True, null=True)),
-                ('claim_expires_at', models.DateTimeField(blank=True, null=True)),
-                ('result', models.JSONField(blank=True, null=True)),
-                ('verdict', models.CharField(blank=True, max_length=32)),
-                ('speedup', models.FloatField(blank=True, null=True)),
-                ('ci_low', models.FloatField(blank=True, null=True)),
-                ('ci_high', models.FloatField(blank=True, null=True)),
-                ('error', models.CharField(blank=True, max_length=500)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('created_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, to=settings.AUTH_USER_MODEL)),
-                ('project', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='jobs', to='projects.project')),
-                ('run', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='jobs', to='runs.run')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("host", models.CharField(max_length=255)),
+                ("finding_id", models.CharField(blank=True, max_length=100)),
+                ("knobs", models.JSONField()),
+                ("rounds", models.PositiveSmallIntegerField(default=5)),
+                ("steps", models.PositiveIntegerField(default=20)),
+                ("warmup", models.PositiveIntegerField(default=3)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("queued", "queued"),
+                            ("running", "running"),
+                            ("succeeded", "succeeded"),
+                            ("failed", "failed"),
+                            ("cancelled", "cancelled"),
+                        ],
+                        default="queued",
+                        max_length=10,
+                    ),
+                ),
+                ("claim_token", models.CharField(blank=True, max_length=64)),
+                ("runner_id", models.CharField(blank=True, max_length=64)),
+                ("claimed_at", models.DateTimeField(blank=True, null=True)),
+                ("claim_expires_at", models.DateTimeField(blank=True, null=True)),
+                ("result", models.JSONField(blank=True, null=True)),
+                ("verdict", models.CharField(blank=True, max_length=32)),
+                ("speedup", models.FloatField(blank=True, null=True)),
+                ("ci_low", models.FloatField(blank=True, null=True)),
+                ("ci_high", models.FloatField(blank=True, null=True)),
+                ("error", models.CharField(blank=True, max_length=500)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "project",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="jobs",
+                        to="projects.project",
+                    ),
+                ),
+                (
+                    "run",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="jobs",
+                        to="runs.run",
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='FixVerification',
+            name="FixVerification",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('finding_id', models.CharField(max_length=100)),
-                ('status', models.CharField(choices=[('verified', 'verified'), ('refuted', 'refuted')], max_length=10)),
-                ('measured_gain', models.FloatField()),
-                ('speedup', models.FloatField()),
-                ('ci_low', models.FloatField()),
-                ('ci_high', models.FloatField()),
-                ('reason', models.CharField(blank=True, max_length=200)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('run', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='fix_verifications', to='runs.run')),
-                ('job', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='jobs.job')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("finding_id", models.CharField(max_length=100)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[("verified", "verified"), ("refuted", "refuted")], max_length=10
+                    ),
+                ),
+                ("measured_gain", models.FloatField()),
+                ("speedup", models.FloatField()),
+                ("ci_low", models.FloatField()),
+                ("ci_high", models.FloatField()),
+                ("reason", models.CharField(blank=True, max_length=200)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                (
+                    "run",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="fix_verifications",
+                        to="runs.run",
+                    ),
+                ),
+                (
+                    "job",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="+", to="jobs.job"
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='JobArm',
+            name="JobArm",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('round', models.PositiveSmallIntegerField()),
-                ('arm', models.CharField(max_length=10)),
-                ('median_s', models.FloatField()),
-                ('step_s', models.JSONField(default=list)),
-                ('received_at', models.DateTimeField(auto_now_add=True)),
-                ('job', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='arms', to='jobs.job')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("round", models.PositiveSmallIntegerField()),
+                ("arm", models.CharField(max_length=10)),
+                ("median_s", models.FloatField()),
+                ("step_s", models.JSONField(default=list)),
+                ("received_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "job",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="arms",
+                        to="jobs.job",
+                    ),
+                ),
             ],
         ),
         migrations.AddIndex(
-            model_name='job',
-            index=models.Index(fields=['project', 'host', 'status', 'created_at'], name='job_claim'),
+            model_name="job",
+            index=models.Index(
+                fields=["project", "host", "status", "created_at"], name="job_claim"
+            ),
         ),
         migrations.AddIndex(
-            model_name='job',
-            index=models.Index(fields=['status', 'claim_expires_at'], name='job_expiry'),
+            model_name="job",
+            index=models.Index(fields=["status", "claim_expires_at"], name="job_expiry"),
         ),
         migrations.AddConstraint(
-            model_name='fixverification',
-            constraint=models.UniqueConstraint(fields=('run', 'finding_id'), name='fixverification_unique'),
+            model_name="fixverification",
+            constraint=models.UniqueConstraint(
+                fields=("run", "finding_id"), name="fixverification_unique"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='jobarm',
-            constraint=models.UniqueConstraint(fields=('job', 'round', 'arm'), name='jobarm_unique'),
+            model_name="jobarm",
+            constraint=models.UniqueConstraint(
+                fields=("job", "round", "arm"), name="jobarm_unique"
+            ),
         ),
     ]
