@@ -95,10 +95,13 @@ def diagnosis_state(*, run: Run) -> RunDiagnosis | None:
     return RunDiagnosis.objects.filter(run=run).first()
 
 
-def runs_due_for_diagnosis(*, now: datetime | None = None, limit: int = SWEEP_LIMIT) -> list[int]:
+def runs_due_for_diagnosis(
+    *, now: datetime | None = None, limit: int = SWEEP_LIMIT, run_pk: int | None = None
+) -> list[int]:
     """Primary keys of runs with data their last diagnosis has not seen: never diagnosed,
     newer samples (an ended run at once, a running one once its interval has passed) or a
-    trace stored since. Runs whose diagnosis is claimed right now are left alone."""
+    trace stored since. Runs whose diagnosis is claimed right now are left alone. With
+    `run_pk`, only that run (is it still due?)."""
     now = now or timezone.now()
     interval_ago = now - timedelta(seconds=conf.diagnose_interval_s())
     new_trace = Trace.objects.filter(
@@ -113,8 +116,9 @@ def runs_due_for_diagnosis(*, now: datetime | None = None, limit: int = SWEEP_LI
             & (~Q(status=Run.RUNNING) | Q(diagnosis__diagnosed_at__lte=interval_ago))
         )
     )
+    runs = Run.objects.filter(id=run_pk) if run_pk is not None else Run.objects.all()
     runs = (
-        Run.objects.filter(last_seen_at__gte=now - RECENT)
+        runs.filter(last_seen_at__gte=now - RECENT)
         .exclude(diagnosis__claimed_until__gt=now)
         .filter(due)
         .order_by("last_seen_at")

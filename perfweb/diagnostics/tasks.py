@@ -11,10 +11,13 @@ STALE_UPLOAD_S = 24 * 3600  # a partial trace upload untouched for a day is aban
 
 
 @shared_task(acks_late=True, ignore_result=True, soft_time_limit=1500, time_limit=1800)
-def diagnose_run_task(run_id: int) -> None:
-    """Diagnose one run (a trace arrived, the run ended, beat's periodic pass)."""
+def diagnose_run_task(run_id: int, only_if_due: bool = False) -> None:
+    """Diagnose one run (a trace arrived, a fix was measured, beat's sweep). The sweep's
+    messages check first that the run is still due: a backlog of them costs no diagnoses."""
     run = Run.objects.filter(id=run_id).first()
     if run is None:  # deleted meanwhile
+        return
+    if only_if_due and not selectors.runs_due_for_diagnosis(run_pk=run.id):
         return
     services.diagnose_run(run=run)
 
@@ -25,6 +28,6 @@ def diagnose_sweep_task() -> int:
     most every PERFWEB_DIAGNOSE_INTERVAL s); also the net under any lost message."""
     run_pks = selectors.runs_due_for_diagnosis()
     for run_pk in run_pks:
-        diagnose_run_task.delay(run_pk)
+        diagnose_run_task.delay(run_pk, only_if_due=True)
     uploads.staging_sweep(older_than_s=STALE_UPLOAD_S)
     return len(run_pks)

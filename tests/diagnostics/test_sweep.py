@@ -64,3 +64,12 @@ def test_it_leaves_a_claimed_run_alone(run: Run) -> None:
 
 def test_it_leaves_old_runs_alone(run: Run) -> None:
     assert runs_due_for_diagnosis(now=timezone.now() + timedelta(days=2)) == []
+
+
+def test_a_sweep_message_for_a_run_no_longer_due_does_nothing(run: Run) -> None:
+    diagnose_run_task(run.id)
+    diagnosed_at = RunDiagnosis.objects.get(run=run).diagnosed_at
+    diagnose_run_task(run.id, only_if_due=True)  # a duplicate from a backlog
+    assert RunDiagnosis.objects.get(run=run).diagnosed_at == diagnosed_at
+    diagnose_run_task(run.id)  # asked directly (a trace, a verified fix): always diagnoses
+    assert RunDiagnosis.objects.get(run=run).diagnosed_at > diagnosed_at
