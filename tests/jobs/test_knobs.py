@@ -183,3 +183,18 @@ def test_compile_applies_once_to_the_model_where_safe(wrap: str, expected: list)
     assert seen["compiled"] == expected
     state = seen["status"]["compile"]
     assert state.startswith("applied") if expected else "DataParallel" in state
+
+
+def test_max_steps_ends_an_attached_run_cleanly_after_n_steps(tmp_path: Path) -> None:
+    from agent.ab import read_step_durations
+
+    env = {**os.environ, "PERF_AGENT_MAX_STEPS": "5", "PYTHONPATH": str(REPO)}
+    done = subprocess.run(
+        [sys.executable, "-m", "agent.cli", "attach", "--offline", str(tmp_path), "--no-profile",
+         "--", sys.executable, "tests/jobs/input_bound.py", "--steps", "1000"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert len(read_step_durations(str(tmp_path))) == 5  # flushed before the exit
+    finishes = [json.loads(p.read_text()) for p in tmp_path.rglob("finish.json")]
+    assert finishes and all(f["exit_code"] == 0 for f in finishes)
