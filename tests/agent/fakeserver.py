@@ -106,6 +106,7 @@ class FakeServer:
         self.slow_s = 1.0
         self.retry_after = 1
         self.commands: list[dict[str, Any]] = []
+        self.has_trace_endpoint = True
         self._httpd: ThreadingHTTPServer | None = None
         self.port = 0
         self.up()
@@ -175,6 +176,8 @@ class _Handler(BaseHTTPRequestHandler):
                                {"Retry-After": str(server.retry_after)})
         if self.headers.get("Authorization") != f"Bearer {TOKEN}":
             return self._reply(401, {"error": "token is unknown"})
+        if self.path.endswith("/trace") and not server.has_trace_endpoint:
+            return self._reply(404, {"error": "not found"})
         if self.headers.get("Content-Encoding") == "gzip":
             raw = gzip.decompress(raw)
         body = json.loads(raw)

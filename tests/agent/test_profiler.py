@@ -66,3 +66,16 @@ def test_chunks_are_bounded_and_reassemble() -> None:
     import base64
 
     assert b"".join(base64.b64decode(b["data"]) for b in bodies) == data
+
+
+def test_a_server_without_the_trace_endpoint_gets_no_more_windows_and_the_trace_is_kept(
+    tmp_path: Path, server: FakeServer, agent_env: dict[str, str]
+) -> None:
+    server.has_trace_endpoint = False
+    script = write_script(tmp_path, TRAIN.replace("profile_every_s=3600", "profile_every_s=0.01"))
+    run(script, agent_env, "-", server.url, TOKEN, "3", "25")
+    kept = list((tmp_path / "spill").glob("*/*/traces/*.pt.trace.json.gz"))
+    # windows of 2 steps could open every 3 steps; they stop once the server answers 404
+    # (one more may already be open by the time the first trace's upload hears it)
+    assert 1 <= len(kept) <= 2
+    assert "kept on disk" in server.store.facts()["profiler.last_trace"]
