@@ -1,8 +1,8 @@
-"""Personas, a project with runs and samples, and a loopback webhook receiver.
+"""Runs with samples, a logged-in client, and a loopback webhook receiver.
 
-alice (owner) and bob (teammate) are members of "vision"; carol (outsider) only of "speech".
-Samples go through the storage service (perfweb.series.services.series_append), the same
-writes the ingest API makes.
+The personas (owner and teammate of `project`, outsider of `other_project`) come from
+tests/conftest.py. Samples go through the storage service
+(perfweb.series.services.series_append), the same writes the ingest API makes.
 """
 
 from __future__ import annotations
@@ -14,46 +14,12 @@ from typing import Any
 
 import numpy as np
 import pytest
-from django.contrib.auth import get_user_model
 from django.test import Client
 
-from perfweb.projects import services as projects
 from perfweb.runs.models import Run
 from perfweb.series.services import Samples, series_append
 from tests.alerts.receiver import Receiver
-
-PASSWORD = "correct horse battery staple"
-
-
-def make_user(username: str) -> Any:
-    return get_user_model().objects.create_user(username=username, password=PASSWORD)
-
-
-@pytest.fixture
-def owner(db: None) -> Any:
-    return make_user("alice")
-
-
-@pytest.fixture
-def teammate(db: None) -> Any:
-    return make_user("bob")
-
-
-@pytest.fixture
-def outsider(db: None) -> Any:
-    return make_user("carol")
-
-
-@pytest.fixture
-def project(owner: Any, teammate: Any) -> Any:
-    vision = projects.project_create(name="vision", owner=owner)
-    projects.membership_add(project=vision, user=teammate)
-    return vision
-
-
-@pytest.fixture
-def other_project(outsider: Any) -> Any:
-    return projects.project_create(name="speech", owner=outsider)
+from tests.conftest import PASSWORD
 
 
 def login(user: Any) -> Client:

@@ -40,14 +40,6 @@ def redis_available() -> bool:
 PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 
 
-def postgres_available() -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", 5432), timeout=1):
-            return True
-    except OSError:
-        return False
-
-
 def postgres_database_create() -> str:
     """A fresh, empty PostgreSQL database on the local server; returns its URL."""
     import psycopg

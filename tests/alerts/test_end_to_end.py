@@ -8,40 +8,26 @@ Outside CI a missing Redis skips these tests; under CI=true it fails them.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 
 import pytest
 
 from tests.alerts.receiver import Receiver
-from tests.alerts.stack import (
-    Stack,
-    postgres_available,
-    postgres_database_create,
-    postgres_database_drop,
-    redis_available,
-)
+from tests.alerts.stack import Stack, postgres_database_create, postgres_database_drop
 from tests.alerts.streamer import RunStreamer
+from tests.server.servers import require_postgres, require_redis
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
 WINDOW_MINUTES = 0.1  # 6 s of low utilisation fires the alert
 
 
-def missing(reason: str) -> None:
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"{reason} (required under CI=true)")
-    pytest.skip(reason)
-
-
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
 def stack(request: pytest.FixtureRequest) -> Iterator[Stack]:
-    if not redis_available():
-        missing("Redis is not answering on 127.0.0.1:6379")
+    require_redis()  # under CI=true a missing server fails the test; elsewhere it skips
     database_url = ""
     if request.param == "postgresql":
-        if not postgres_available():
-            missing("PostgreSQL is not answering on 127.0.0.1:5432")
+        require_postgres()
         database_url = postgres_database_create()
     # Two worker processes, so duplicate tasks really run side by side.
     running = Stack(interval_s=1.0, claim_s=4.0, worker_concurrency=2, database_url=database_url)
