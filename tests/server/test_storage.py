@@ -142,3 +142,15 @@ def test_it_reads_only_the_series_asked_for(started: Agent) -> None:
     assert [s.name for s in series_read(run=run, names=["process.rss"])] == ["process.rss"]
     assert [s.device for s in series_read(run=run, devices=["rank:0"])] == ["rank:0", "rank:0"]
     assert series_read(run=run, start=T0 + 100) == []
+
+
+@pytest.mark.django_db
+def test_it_compacts_recently_active_runs_on_the_beat(started: Agent) -> None:
+    from perfweb.series.tasks import compact_recent_runs_task
+
+    for _ in range(3):
+        started.batch()
+    assert Chunk.objects.count() == 12
+    compact_recent_runs_task()
+    assert Chunk.objects.count() == 4
+    assert sorted(Chunk.objects.values_list("count", flat=True)) == [6, 6, 30, 30]
