@@ -161,22 +161,20 @@ class _Raced(Exception):
     """Another compaction took some of the same chunks first."""
 
 
+COMPACT_MAX_CHUNKS = 4000  # per pass: bounds memory and the DELETE's id list
+
+
 def series_compact(*, series_id: int) -> int:
     """Merges the series' small chunks into full ones of codec.CHUNK_SAMPLES samples (and one
     remainder), packed. The samples are the same before and after, so counts stay exact;
-    concurrent ingest only adds chunks, which this leaves alone. Returns chunks removed."""
-    try:
-        with transaction.atomic():
-            return _compact(series_id=series_id)
-    except _Raced:
-        return 0
-
-
-def _compact(*, series_id: int) -> int:
+    concurrent ingest only adds chunks, which this leaves alone. The merging happens outside
+    the transaction (SQLite's write lock is held only to swap the rows); if another
+    compaction took any of the same chunks first, this one changes nothing. Returns the
+    number of chunks merged."""
     rows = list(
         Chunk.objects.filter(series_id=series_id, count__lt=codec.CHUNK_SAMPLES)
         .order_by("t_min", "id")
-        .values_list("id", "count", "data")
+        .values_list("id", "count", "data")[:COMPACT_MAX_CHUNKS]
     )
     if not rows or (len(rows) == 1 and bytes(rows[0][2][:1])[0] == codec.PACKED):
         return 0
@@ -185,17 +183,20 @@ def _compact(*, series_id: int) -> int:
     v = np.concatenate([p[1] for p in parts])
     order = np.argsort(t, kind="stable")
     t, v = t[order], v[order]
-    ids = [row_id for row_id, _, _ in rows]
-    deleted, _ = Chunk.objects.filter(id__in=ids).delete()
-    if deleted != len(ids):
-        raise _Raced
     step = codec.CHUNK_SAMPLES
-    chunks_insert(
-        rows=[
-            (series_id, *chunk_columns(t=t[i : i + step], v=v[i : i + step], packed=True))
-            for i in range(0, len(t), step)
-        ]
-    )
+    merged = [
+        (series_id, *chunk_columns(t=t[i : i + step], v=v[i : i + step], packed=True))
+        for i in range(0, len(t), step)
+    ]
+    ids = [row_id for row_id, _, _ in rows]
+    try:
+        with transaction.atomic():
+            deleted, _ = Chunk.objects.filter(id__in=ids).delete()
+            if deleted != len(ids):
+                raise _Raced
+            chunks_insert(rows=merged)
+    except _Raced:
+        return 0
     return len(ids)
 
 

@@ -6,11 +6,13 @@ Runs against SQLite here and against PostgreSQL through test_postgresql.py.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
 from perfweb.runs.models import Run
-from perfweb.series import codec
+from perfweb.series import codec, services
 from perfweb.series.models import Chunk, Series
 from perfweb.series.selectors import series_read, series_span
 from perfweb.series.services import Samples, series_append, series_compact
@@ -154,3 +156,22 @@ def test_it_compacts_recently_active_runs_on_the_beat(started: Agent) -> None:
     compact_recent_runs_task()
     assert Chunk.objects.count() == 4
     assert sorted(Chunk.objects.values_list("count", flat=True)) == [6, 6, 30, 30]
+
+
+@pytest.mark.django_db
+def test_it_changes_nothing_when_another_compaction_got_there_first(
+    series_run: Run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    t, v = realistic(3000)
+    append_in_batches(series_run, t, v, per_batch=1000)
+    real_chunk_columns = services.chunk_columns
+
+    def meanwhile_another_compaction_takes_one(**kwargs: Any) -> tuple[object, ...]:
+        taken = Chunk.objects.order_by("id").first()
+        if taken is not None and taken.count == 1000:
+            taken.delete()
+        return real_chunk_columns(**kwargs)
+
+    monkeypatch.setattr(services, "chunk_columns", meanwhile_another_compaction_takes_one)
+    assert series_compact(series_id=Series.objects.get().id) == 0
+    assert sorted(Chunk.objects.values_list("count", flat=True)) == [1000, 1000]
