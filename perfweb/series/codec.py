@@ -26,21 +26,34 @@ FINE_BUCKET = 64  # rollup_fine: min and max of every 64 samples
 COARSE_BUCKET = 1024  # rollup_coarse: of every 1024
 PLAIN = 0  # ingest's format: the float64s as they are (cheapest to write)
 PACKED = 1  # compaction's format: transformed as above, then compressed hard
+SINGLE = 1  # PLAIN's second byte when the values are float32 (exactly)
 PLAIN_HEADER = bytes((PLAIN, 0))
+PLAIN_HEADER_SINGLE = bytes((PLAIN, SINGLE))
 XOR_VALUES = 255  # the values byte when values are XORed instead of scaled
 MAX_DECIMALS = 6
 
 
 def encode_plain(*, t: np.ndarray, v: np.ndarray) -> bytes:
     """Sorted float64 arrays of equal length, for a batch's small chunk: as they are, since
-    even zlib's fastest level costs more than the rest of a batch's work; compaction rewrites
-    them packed within a minute or so."""
+    even zlib's fastest level costs more than the rest of a batch's work (values as float32
+    when that is exact, as for most GPU metrics); compaction rewrites them packed within a
+    minute or so."""
+    with np.errstate(over="ignore"):  # too big for float32: inf, then not exact
+        v32 = v.astype("<f4")
+    if exact_as_float32(v, v32).all():
+        return plain(t.astype("<f8").tobytes(), v32.tobytes(), single=True)
     return plain(t.astype("<f8").tobytes(), v.astype("<f8").tobytes())
 
 
-def plain(t_bytes: bytes, v_bytes: bytes) -> bytes:
-    """encode_plain from the arrays' little-endian float64 bytes."""
-    return PLAIN_HEADER + t_bytes + v_bytes
+def exact_as_float32(v: np.ndarray, v32: np.ndarray) -> np.ndarray:
+    """Per value: does float32 give back the very same double (bits compared, so -0.0 and
+    0.0 differ)?"""
+    return v32.astype(np.float64).view(np.int64) == v.view(np.int64)
+
+
+def plain(t_bytes: bytes, v_bytes: bytes, *, single: bool = False) -> bytes:
+    """encode_plain from the arrays' little-endian bytes (values float32 when `single`)."""
+    return (PLAIN_HEADER_SINGLE if single else PLAIN_HEADER) + t_bytes + v_bytes
 
 
 def encode(*, t: np.ndarray, v: np.ndarray, level: int = 6) -> bytes:
@@ -54,8 +67,10 @@ def encode(*, t: np.ndarray, v: np.ndarray, level: int = 6) -> bytes:
 
 def decode(*, blob: bytes, count: int) -> tuple[np.ndarray, np.ndarray]:
     if blob[0] == PLAIN:
-        both = np.frombuffer(blob, dtype="<f8", offset=2)
-        return both[:count], both[count:]
+        t = np.frombuffer(blob, dtype="<f8", count=count, offset=2)
+        values = "<f4" if blob[1] == SINGLE else "<f8"
+        v = np.frombuffer(blob, dtype=values, count=count, offset=2 + 8 * count)
+        return t, v.astype(np.float64)
     raw = zlib.decompress(memoryview(blob)[2:])
     decimals = blob[1]
     second_difference = _unshuffle(raw[: 8 * count], count)

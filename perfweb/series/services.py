@@ -65,15 +65,28 @@ def chunks_prepare(*, samples: Iterable[Samples]) -> list[PreparedChunk]:
     lows, highs = v[at_min].tolist(), v[at_max].tolist()
     low_times, high_times = t[at_min].tolist(), t[at_max].tolist()
     t_bytes, v_bytes = t.astype("<f8").tobytes(), v.astype("<f8").tobytes()
+    with np.errstate(over="ignore"):  # too big for float32: inf, then not exact
+        v32 = v.astype("<f4")
+    single = np.logical_and.reduceat(codec.exact_as_float32(v, v32), starts).tolist()
+    v32_bytes = v32.tobytes()
     prepared = []
     for i, (s, a, b) in enumerate(zip(series, starts.tolist(), ends.tolist(), strict=True)):
         columns = (
             firsts[i], lasts[i], b - a, totals[i], lows[i], highs[i], low_times[i],
-            high_times[i], codec.plain(t_bytes[8 * a : 8 * b], v_bytes[8 * a : 8 * b]),
+            high_times[i], _plain(t_bytes, v_bytes, v32_bytes, a, b, single=single[i]),
             *_rollups(t[a:b], v[a:b]),
         )  # fmt: skip
         prepared.append(PreparedChunk(device=s.device, name=s.name, columns=columns))
     return prepared
+
+
+def _plain(
+    t_bytes: bytes, v_bytes: bytes, v32_bytes: bytes, a: int, b: int, *, single: bool
+) -> bytes:
+    """codec.encode_plain of samples a:b, sliced from the whole batch's bytes."""
+    if single:
+        return codec.plain(t_bytes[8 * a : 8 * b], v32_bytes[4 * a : 4 * b], single=True)
+    return codec.plain(t_bytes[8 * a : 8 * b], v_bytes[8 * a : 8 * b])
 
 
 def _rollups(t: np.ndarray, v: np.ndarray) -> tuple[bytes | None, bytes | None]:
