@@ -5,7 +5,10 @@ apps (ranked fixes, optimisation jobs, alerts) register a provider from their Ap
 instead of editing the dashboard's templates:
 
     register_run_panel(lambda *, run, user: Panel(template="diagnostics/_fixes.html",
-                                                  context={"findings": ...}))
+                                                  context={"findings": ...}), order=10)
+
+Panels appear by `order` (lower first; ties keep registration order), so what a reader needs
+first — the ranked fixes — does not depend on the order of INSTALLED_APPS.
 """
 
 from __future__ import annotations
@@ -23,14 +26,15 @@ class Panel:
 
 PanelProvider = Callable[..., "Panel | None"]
 
-_providers: list[PanelProvider] = []
+_providers: list[tuple[int, PanelProvider]] = []
 
 
-def register_run_panel(provider: PanelProvider) -> None:
-    if provider not in _providers:
-        _providers.append(provider)
+def register_run_panel(provider: PanelProvider, *, order: int = 100) -> None:
+    if all(registered is not provider for _, registered in _providers):
+        _providers.append((order, provider))
+        _providers.sort(key=lambda entry: entry[0])  # stable: ties keep registration order
 
 
 def run_panels(*, run: Any, user: Any) -> list[Panel]:
-    panels = (provider(run=run, user=user) for provider in _providers)
+    panels = (provider(run=run, user=user) for _, provider in _providers)
     return [panel for panel in panels if panel is not None]

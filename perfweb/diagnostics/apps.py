@@ -14,4 +14,4 @@ class DiagnosticsConfig(AppConfig):
         from perfweb.diagnostics import signals  # noqa: F401  (re-rank on a verified fix)
         from perfweb.diagnostics.panel import findings_panel
 
-        register_run_panel(findings_panel)
+        register_run_panel(findings_panel, order=10)

@@ -12,4 +12,4 @@ class JobsConfig(AppConfig):
         from perfweb.dashboard.panels import register_run_panel
         from perfweb.jobs.panel import jobs_panel
 
-        register_run_panel(jobs_panel)
+        register_run_panel(jobs_panel, order=20)
