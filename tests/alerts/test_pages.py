@@ -154,3 +154,21 @@ def test_it_shows_a_channels_attempts_and_its_permanent_error(
     Channel.objects.filter(id=channel.id).update(last_error="HTTP 404: no such hook")
     response = login(owner).get(reverse("alerts:channel_edit", args=[project.id, channel.id]))
     assert "HTTP 404: no such hook" in response.content.decode()
+
+
+def test_it_shows_the_runs_alerts_on_its_page_and_alerts_in_the_navigation(
+    owner: Any, project: Any, alert: Alert
+) -> None:
+    alert.why = "input bound: 62% of each step waits on the DataLoader"
+    alert.save(update_fields=["why"])
+    page = login(owner).get(reverse("dashboard:run", args=[alert.run.run_id])).content.decode()
+    assert 'data-testid="alerts-panel"' in page
+    assert "GPU at 4%" in page and "Why: input bound" in page
+    assert reverse("alerts:project", args=[project.id]) in page
+    assert f'href="{reverse("alerts:index")}"' in page  # the nav link, on every page
+
+
+def test_it_says_so_when_no_alert_fired_on_the_run(owner: Any, project: Any) -> None:
+    run = run_create(project=project)
+    page = login(owner).get(reverse("dashboard:run", args=[run.run_id])).content.decode()
+    assert "No alert has fired on this run." in page
