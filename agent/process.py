@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from agent.buffer import Sample
@@ -27,21 +27,32 @@ class ProcessSource(Protocol):
         """(cpu_percent, rss_bytes, threads, count) summed over child processes."""
 
 
-def child_pids(pid: int) -> list[int] | None:
-    """Direct children from /proc/<pid>/task/*/children (no scan of every process), or None."""
+def task_children(pid: int, tasks: Iterable[str] | None = None) -> dict[str, list[int]] | None:
+    """Children per thread from /proc/<pid>/task/<tid>/children, or None where not offered.
+
+    `tasks` limits the threads read (default: all of them).
+    """
     base = f"/proc/{pid}/task"
     try:
-        tasks = os.listdir(base)
+        names = list(tasks) if tasks is not None else os.listdir(base)
     except OSError:
         return None
-    pids: list[int] = []
-    for task in tasks:
+    found: dict[str, list[int]] = {}
+    for task in names:
         try:
             with open(f"{base}/{task}/children") as handle:
-                pids += [int(p) for p in handle.read().split()]
+                found[task] = [int(p) for p in handle.read().split()]
         except (OSError, ValueError):
-            return None if task == str(pid) else pids
-    return pids
+            if task == str(pid):
+                return None  # no children file for the main thread: the kernel lacks it
+            continue  # a thread that just ended
+    return found
+
+
+def child_pids(pid: int) -> list[int] | None:
+    """Direct children of `pid` (without scanning every process), or None."""
+    found = task_children(pid)
+    return None if found is None else [child for kids in found.values() for child in kids]
 
 
 class PsutilSource:
@@ -130,6 +141,11 @@ class ProcfsSource:
         self._page = os.sysconf("SC_PAGE_SIZE")
         self._last_cpu: dict[int, tuple[float, float]] = {}  # pid -> (time, cpu seconds)
         self._children: list[int] = []
+        # Each read releases the GIL and may make the training thread wait to get it back:
+        # read only the threads known to have forked, and all of them every `rescan_every`.
+        self._forking_tasks: set[str] = {str(self._pid)}
+        self.rescan_every = 10
+        self._calls = 0
 
     @property
     def pids(self) -> set[int]:
@@ -153,9 +169,19 @@ class ProcfsSource:
         """(cpu_percent, rss_bytes, threads) of this process."""
         return self._stat(self._pid)
 
+    def _child_pids(self) -> list[int] | None:
+        full = self._calls % self.rescan_every == 0
+        self._calls += 1
+        found = task_children(self._pid, None if full else self._forking_tasks)
+        if found is None:
+            return None
+        if full:
+            self._forking_tasks = {str(self._pid)} | {t for t, kids in found.items() if kids}
+        return [child for kids in found.values() for child in kids]
+
     def children(self) -> tuple[float, float, float, int] | None:
         """Sums over direct children, or None where the kernel does not list them."""
-        pids = child_pids(self._pid)
+        pids = self._child_pids()
         if pids is None:
             return None
         cpu = rss = threads = 0.0

@@ -68,7 +68,7 @@ BLOCKS = textwrap.dedent(
             fields = f.read().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
-    for _ in range(30):
+    for _ in range(100):  # warm-up: allocator, optimizer state, caches
         step()
     agent_on(True)
     cpu0, wall0 = agent_cpu_s(), time.perf_counter()

@@ -30,7 +30,7 @@ print("ok")
 """
 
 FACTS = """
-import torch
+import time, torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -49,6 +49,7 @@ for x, y in loader:
     scaler.update()
     torch.cuda.empty_cache()
     torch.cuda.empty_cache()
+    time.sleep(0.05)  # workers alive across a few agent ticks
 print("steps", len(loader))
 """
 
