@@ -20,6 +20,7 @@ from typing import Any
 
 from agent.buffer import Sample
 from agent.log import say_once
+from agent.protocol import DeviceNaming
 
 Query = Callable[..., Any]
 
@@ -36,9 +37,9 @@ class Unsupported(Exception):
 class _Gpu:
     """Cached per-GPU state: handle, what it does not support, counters for rates."""
 
-    def __init__(self, index: int, handle: Any) -> None:
+    def __init__(self, index: int, handle: Any, key: str) -> None:
         self.index = index
-        self.key = f"gpu:{index}"
+        self.key = key
         self.handle = handle
         self.unsupported: set[str] = set()
         self.last_pcie: tuple[float, float, float] | None = None  # t, tx, rx
@@ -56,8 +57,10 @@ class NvmlCollector:
         clock: Callable[[], float] = time.time,
         pids: Callable[[], Iterable[int]] | None = None,
         process_every: int = 10,
+        naming: DeviceNaming | None = None,
     ) -> None:
         self._query = query
+        self._naming = naming or DeviceNaming()
         self._clock = clock
         self._pids = pids or (lambda: {os.getpid()})
         self.process_every = process_every
@@ -76,7 +79,7 @@ class NvmlCollector:
             query("init")
             self.driver_version = str(query("driver_version"))
             count = int(query("device_count"))
-            self._gpus = [_Gpu(i, query("handle", i)) for i in range(count)]
+            self._gpus = [_Gpu(i, query("handle", i), self._naming.gpu(i)) for i in range(count)]
         except Exception as exc:  # noqa: BLE001 - ImportError, NVMLError, a broken driver
             self.error = f"{type(exc).__name__}: {exc}".strip()
             say_once("no-nvml", "NVML not available (%s): no GPU metrics; the rest goes on",

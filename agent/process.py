@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from agent.buffer import Sample
 from agent.log import say_once
+from agent.protocol import DeviceNaming
 
 
 class ProcessSource(Protocol):
@@ -225,10 +226,14 @@ class ProcessCollector:
         return set(known) if known else {os.getpid()}
 
     def __init__(
-        self, source: ProcessSource | None = None, clock: Callable[[], float] = time.time
+        self,
+        source: ProcessSource | None = None,
+        clock: Callable[[], float] = time.time,
+        naming: DeviceNaming | None = None,
     ) -> None:
         self._source = source
         self._clock = clock
+        self._naming = naming or DeviceNaming()
         self._resolved = source is not None
 
     def is_available(self) -> bool:
@@ -246,11 +251,12 @@ class ProcessCollector:
         samples: list[Sample] = []
         own = self._source.own()
         if own is not None:
-            samples += _triplet("process", now, own)
+            samples += _triplet(self._naming.process(), now, own)
         kids = self._source.children()
         if kids is not None and kids[3] > 0:
-            samples += _triplet("workers", now, kids[:3])
-            samples.append(("workers", "process.count", now, float(kids[3])))
+            workers = self._naming.workers()
+            samples += _triplet(workers, now, kids[:3])
+            samples.append((workers, "process.count", now, float(kids[3])))
         return samples
 
 

@@ -7,6 +7,8 @@ It must stay dependency-free: it is loaded inside the user's training process.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 API_PREFIX = "/api/v1"
 START_PATH = f"{API_PREFIX}/ingest/start"
@@ -68,3 +70,47 @@ STEP_DATA_WAIT = "step.data_wait"
 def rank_device(rank: int | None) -> str:
     """The device key under which a rank's step series are stored."""
     return f"rank:{rank or 0}"
+
+
+@dataclass(frozen=True)
+class DeviceNaming:
+    """How one process names its devices, so that no two processes of a run share a series.
+
+    A single process reports `process`, `workers` and `gpu:<index>`. In a job of several ranks
+    each rank's own process and workers carry the rank (`process:3`, `workers:3`); in a job of
+    several hosts the GPUs carry the node (`gpu:0:n1`), since every host has a GPU 0.
+    """
+
+    rank: int | None = None
+    node: int | None = None
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> DeviceNaming:
+        """The naming for a process launched with torchrun-style RANK/WORLD_SIZE variables."""
+
+        def number(name: str) -> int | None:
+            value = env.get(name, "").strip()
+            return int(value) if value.isdigit() else None
+
+        world = number("WORLD_SIZE") or 1
+        rank = number("RANK")
+        if world <= 1 or rank is None:
+            return cls()
+        local_world = number("LOCAL_WORLD_SIZE") or world
+        node = None
+        if world > local_world:
+            group_rank = number("GROUP_RANK")
+            node = group_rank if group_rank is not None else rank // local_world
+        return cls(rank=rank, node=node)
+
+    def process(self) -> str:
+        """The device of this process's own CPU/RSS/threads series."""
+        return "process" if self.rank is None else f"process:{self.rank}"
+
+    def workers(self) -> str:
+        """The device of this process's DataLoader workers, summed."""
+        return "workers" if self.rank is None else f"workers:{self.rank}"
+
+    def gpu(self, index: int | str) -> str:
+        """The device of the GPU with this NVML index on this host."""
+        return f"gpu:{index}" if self.node is None else f"gpu:{index}:n{self.node}"

@@ -59,8 +59,10 @@ class Agent:
         self.timer = StepTimer(self.sender.steps)
         self.counters = Counters()
         self.patches = TorchPatches(self.timer, self.sender.facts, self.counters)
-        self.process = ProcessCollector(process_source)
-        self.nvml = NvmlCollector(nvml_query, pids=self._job_pids)
+        # Every process of a run names its devices so that no two share a series.
+        self.naming = protocol.DeviceNaming.from_env(os.environ)
+        self.process = ProcessCollector(process_source, naming=self.naming)
+        self.nvml = NvmlCollector(nvml_query, pids=self._job_pids, naming=self.naming)
         # In a torchrun job every rank sees every GPU of its host: one of them (local rank 0)
         # samples them all, instead of each rank sending the same numbers again.
         self.samples_gpus = _env_int("LOCAL_RANK") in (None, 0)
@@ -155,7 +157,7 @@ class Agent:
             samples += self.nvml.collect()
         torch = torch_state.imported_torch() if self.patches.installed else None
         if torch is not None:
-            samples += torch_state.cuda_memory(torch, time.time())
+            samples += torch_state.cuda_memory(torch, time.time(), self.naming)
             if first or self._closed or self._ticks % FACTS_EVERY_TICKS == 0:
                 self.sender.facts.update(
                     torch_state.dynamic_facts(torch, self.counters, self.timer.index)

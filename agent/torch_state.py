@@ -11,6 +11,7 @@ import sys
 from typing import Any
 
 from agent.buffer import Sample
+from agent.protocol import DeviceNaming
 from agent.torch_patches import Counters
 
 DIST_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
@@ -82,13 +83,13 @@ def dynamic_facts(torch: Any, counters: Counters, steps: int) -> dict[str, Any]:
     return facts
 
 
-def cuda_memory(torch: Any, wall_time: float) -> list[Sample]:
+def cuda_memory(torch: Any, wall_time: float, naming: DeviceNaming | None = None) -> list[Sample]:
     """Allocated/reserved/peak bytes of the current CUDA device, if CUDA is initialised."""
     if not cuda_initialized(torch):
         return []
     cuda = torch.cuda
     index = cuda.current_device()
-    device = f"gpu:{nvml_index(index)}"
+    device = (naming or DeviceNaming()).gpu(nvml_index(index))
     return [
         (device, "torch.cuda_allocated", wall_time, float(cuda.memory_allocated(index))),
         (device, "torch.cuda_reserved", wall_time, float(cuda.memory_reserved(index))),

@@ -66,6 +66,16 @@ class RunEvidence:
         """All values of a metric (optionally one device), in time order."""
         return [v for _, v in self.points(name, device)]
 
+    def process_values(self, name: str) -> list[float]:
+        """A process metric of the job's own processes: `process`, or every rank's
+        `process:<rank>` in a job of several ranks (see agent.protocol.DeviceNaming)."""
+        return [
+            v
+            for device in self.devices_of(name)
+            if device == "process" or device.startswith("process:")
+            for v in self.values(name, device)
+        ]
+
     def devices_of(self, name: str) -> list[str]:
         """Devices that have a series of this metric."""
         return sorted({s.device for s in self.series if s.name == name})

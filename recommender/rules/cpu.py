@@ -76,7 +76,7 @@ def cpu_bound(evidence: RunEvidence) -> Finding | None:
     Fix: move work off the Python hot path (vectorise, move preprocessing into DataLoader
     workers), use more workers, or a larger batch per step.
     """
-    cpu = evidence.values("process.cpu_percent", "process")
+    cpu = evidence.process_values("process.cpu_percent")
     gpu = evidence.values("gpu.utilization")
     cores = usable_cores(evidence)
     if len(cpu) < MIN_SAMPLES or len(gpu) < MIN_SAMPLES or not cores:

@@ -94,3 +94,20 @@ def test_it_maps_axis_values_back_to_unix_seconds(page: Any) -> None:
         seconds,
     )
     assert back == [pytest.approx(seconds, abs=1e-3), pytest.approx(seconds, abs=1e-3)]
+
+
+@pytest.mark.parametrize(
+    ("device", "label"),
+    [
+        ("process", "main process"),
+        ("workers", "DataLoader workers"),
+        ("process:3", "rank 3 process"),
+        ("workers:3", "rank 3 workers"),
+        ("gpu:2", "GPU 2"),
+        ("gpu:2:n1", "GPU 2 (node 1)"),
+        ("rank:4", "rank 4"),
+        ("host", "host"),
+    ],
+)
+def test_it_labels_every_device_name_the_agent_uses(page: Any, device: str, label: str) -> None:
+    assert page.evaluate("(d) => PerfwebTimeline.deviceLabel(d)", device) == label

@@ -238,3 +238,19 @@ def test_a_straggler_shows_in_rank_traces_too(make_summary: Callable[..., object
 
 def test_a_healthy_run_has_no_findings(make_summary: Callable[..., object]) -> None:
     assert diagnose(_healthy(make_summary)) == []
+
+
+def test_cpu_bound_reads_every_ranks_process_in_a_distributed_run() -> None:
+    """Ranks name their process `process:<rank>` (agent.protocol.DeviceNaming)."""
+    from recommender.rules.cpu import cpu_bound
+
+    def evidence(devices: list[str]) -> RunEvidence:
+        return RunEvidence(
+            facts={"host.usable_cores": 2, "threads.intra_op": 2},
+            series=[_series("process.cpu_percent", [198.0] * 10, device=d) for d in devices]
+            + [_series("gpu.utilization", [20.0] * 10)],
+        )
+
+    found = cpu_bound(evidence(["process:0", "process:1"]))
+    assert found is not None and found.id == "cpu.bound"
+    assert cpu_bound(evidence(["workers:0"])) is None  # worker children are not the loop

@@ -23,10 +23,16 @@ window.PerfwebTimeline = (function () {
     return (ms + TZ_SHIFT_MS) / 1000;
   }
 
+  // Device keys follow agent.protocol.DeviceNaming: `process`/`workers` carry the rank in a
+  // job of several ranks, GPUs carry the node in a job of several hosts.
   function deviceLabel(device) {
     if (device === "process") return "main process";
     if (device === "workers") return "DataLoader workers";
-    const match = /^(gpu|rank):(\d+)$/.exec(device);
+    let match = /^(process|workers):(\d+)$/.exec(device);
+    if (match) return "rank " + match[2] + (match[1] === "process" ? " process" : " workers");
+    match = /^gpu:(\d+):n(\d+)$/.exec(device);
+    if (match) return "GPU " + match[1] + " (node " + match[2] + ")";
+    match = /^(gpu|rank):(\d+)$/.exec(device);
     if (match) return (match[1] === "gpu" ? "GPU " : "rank ") + match[2];
     return device;
   }
@@ -229,5 +235,8 @@ window.PerfwebTimeline = (function () {
     return { refresh: refresh, state: state };
   }
 
-  return { create: create, splice: splice, emptyLines: emptyLines, fromAxis: fromAxis, toAxis: toAxis };
+  return {
+    create: create, splice: splice, emptyLines: emptyLines, fromAxis: fromAxis, toAxis: toAxis,
+    deviceLabel: deviceLabel,
+  };
 })();
