@@ -37,9 +37,14 @@ def test_psutil_and_procfs_sources_agree_on_this_process_and_its_children() -> N
     import subprocess
 
     pytest.importorskip("psutil")
-    kids = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3)"])
+    # Measure once both children are fully started: a starting interpreter's RSS still grows
+    # between the two sources' reads.
+    ready = "import time; print('ready', flush=True); time.sleep(5)"
+    kids = [subprocess.Popen([sys.executable, "-c", ready], stdout=subprocess.PIPE, text=True)
             for _ in range(2)]
     try:
+        for kid in kids:
+            assert kid.stdout is not None and kid.stdout.readline().strip() == "ready"
         procfs, psutil_source = ProcfsSource(), PsutilSource()
         rss_psutil, rss_proc = psutil_source.own()[1], procfs.own()[1]
         assert abs(rss_psutil - rss_proc) / rss_psutil < 0.2
