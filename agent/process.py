@@ -161,10 +161,20 @@ class ProcfsSource:
         now = self._clock()
         last = self._last_cpu.get(pid)
         self._last_cpu[pid] = (now, cpu_s)
-        percent = 0.0
         if last is not None and now > last[0]:
             percent = 100.0 * (cpu_s - last[1]) / (now - last[0])
+        else:  # first sight: the average since the process started, not a false 0%
+            percent = self._percent_since_start(cpu_s, started_ticks=int(fields[19]))
         return percent, float(int(fields[21]) * self._page), float(fields[17])
+
+    def _percent_since_start(self, cpu_s: float, *, started_ticks: int) -> float:
+        try:
+            with open("/proc/uptime") as handle:
+                uptime_s = float(handle.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            return 0.0
+        age_s = uptime_s - started_ticks / self._ticks
+        return 100.0 * cpu_s / age_s if age_s > 0.05 else 0.0
 
     def own(self) -> tuple[float, float, float] | None:
         """(cpu_percent, rss_bytes, threads) of this process."""

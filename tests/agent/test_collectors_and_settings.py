@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -120,3 +121,19 @@ def test_each_torchrun_rank_reports_as_a_rank_of_the_same_run(
     assert len({s["run_id"] for s in starts}) == 1
     ranks = {b["steps"]["rank"] for b in server.store.batches.values() if "steps" in b}
     assert ranks == {0, 1}
+
+
+def test_procfs_first_reading_is_the_average_since_start_not_zero() -> None:
+    import subprocess
+
+    burn = "import time\nend = time.process_time() + 0.4\nwhile time.process_time() < end: pass\n"
+    burn += "print('ready', flush=True); time.sleep(5)"
+    kid = subprocess.Popen([sys.executable, "-c", burn], stdout=subprocess.PIPE, text=True)
+    try:
+        assert kid.stdout is not None and kid.stdout.readline().strip() == "ready"
+        cpu, rss, threads = ProcfsSource(pid=kid.pid).own() or (0.0, 0.0, 0.0)
+        assert 5.0 < cpu <= 100.0 * (os.cpu_count() or 1)  # it did burn CPU since it started
+        assert rss > 0 and threads >= 1
+    finally:
+        kid.kill()
+        kid.wait()
