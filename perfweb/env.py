@@ -48,6 +48,22 @@ def env_list(
     return [item.strip() for item in raw.split(",") if item.strip()]
 
 
+def env_int(
+    name: str, *, default: int, minimum: int = 0, environ: Mapping[str, str] | None = None
+) -> int:
+    """A whole number, at least `minimum`."""
+    raw = (os.environ if environ is None else environ).get(name)
+    if raw is None or not raw.strip():
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be a whole number, not {raw!r}") from None
+    if value < minimum:
+        raise ImproperlyConfigured(f"{name} must be at least {minimum}, not {raw!r}")
+    return value
+
+
 def env_seconds(name: str, *, default: float, environ: Mapping[str, str] | None = None) -> float:
     """A positive number of seconds."""
     raw = (os.environ if environ is None else environ).get(name)

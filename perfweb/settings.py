@@ -11,6 +11,10 @@ PERFWEB_DATA_DIR    where SQLite, the embedded broker and beat's schedule live (
 PERFWEB_LOST_AFTER  seconds of agent silence after which a running run is marked lost (120)
 PERFWEB_SWEEP_INTERVAL    seconds between beat's lost-run sweeps (30)
 PERFWEB_COMPACT_INTERVAL  seconds between beat's chunk compactions (60)
+EMAIL_HOST, EMAIL_PORT, EMAIL_HOST_USER, EMAIL_HOST_PASSWORD, EMAIL_USE_TLS, EMAIL_USE_SSL,
+DEFAULT_FROM_EMAIL  the SMTP server for alert e-mails (default localhost:25, no auth)
+Apps read their own: PERFWEB_ALERT_* and PERFWEB_BASE_URL (perfweb/alerts/conf.py),
+PERFWEB_TRACE_*, PERFWEB_DIAGNOSE_* (perfweb/diagnostics/conf.py), PERFWEB_JOB_CLAIM_TTL.
 """
 
 from __future__ import annotations
@@ -18,9 +22,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from django.core.exceptions import ImproperlyConfigured
+
 from perfweb.env import (
     database_from_url,
     env_bool,
+    env_int,
     env_list,
     env_seconds,
     env_str,
@@ -122,6 +129,17 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = None
 
 PERFWEB_LOST_AFTER = env_seconds("PERFWEB_LOST_AFTER", default=120.0)
 # Beat's intervals (PERFWEB_SWEEP_INTERVAL, PERFWEB_COMPACT_INTERVAL) are read in celery.py.
+
+# Alert e-mails (perfweb/alerts/channels): Django's SMTP backend, configured here.
+EMAIL_HOST = env_str("EMAIL_HOST", default="localhost")
+EMAIL_PORT = env_int("EMAIL_PORT", default=25, minimum=1)
+EMAIL_HOST_USER = env_str("EMAIL_HOST_USER", default="")
+EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD", default="")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", default=False)
+EMAIL_USE_SSL = env_bool("EMAIL_USE_SSL", default=False)
+if EMAIL_USE_TLS and EMAIL_USE_SSL:
+    raise ImproperlyConfigured("EMAIL_USE_TLS and EMAIL_USE_SSL cannot both be true")
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", default="perfweb@localhost")
 
 # Celery (perfweb/celery.py reads the CELERY_* names).
 REDIS_URL = env_str("REDIS_URL", default="")

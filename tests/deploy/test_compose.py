@@ -35,7 +35,8 @@ def _settings_under(environment: dict[str, str]) -> dict:
         "print(json.dumps({'engine': db['ENGINE'], 'host': db.get('HOST'), 'name': db['NAME'],\n"
         "  'user': db.get('USER'), 'debug': settings.DEBUG, 'hosts': settings.ALLOWED_HOSTS,\n"
         "  'secret': settings.SECRET_KEY, 'broker': app.conf.broker_url,\n"
-        "  'lost_after': settings.PERFWEB_LOST_AFTER}))\n"
+        "  'lost_after': settings.PERFWEB_LOST_AFTER, 'email_host': settings.EMAIL_HOST,\n"
+        "  'email_port': settings.EMAIL_PORT, 'mail_from': settings.DEFAULT_FROM_EMAIL}))\n"
     )
     env = {"PATH": os.environ["PATH"], "DJANGO_SETTINGS_MODULE": "perfweb.settings", **environment}
     done = subprocess.run(
@@ -84,6 +85,9 @@ def test_it_feeds_the_settings_variables_they_read() -> None:
     assert settings["hosts"] == environment["ALLOWED_HOSTS"].split(",")
     assert settings["secret"] == environment["SECRET_KEY"]
     assert settings["lost_after"] == int(environment["PERFWEB_LOST_AFTER"])
+    assert settings["email_host"] == environment["EMAIL_HOST"]
+    assert settings["email_port"] == int(environment["EMAIL_PORT"])
+    assert settings["mail_from"] == environment["DEFAULT_FROM_EMAIL"]
 
 
 def test_it_fails_loudly_without_a_secret_key_in_production() -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from perfweb.env import database_from_url, env_bool, env_list, env_seconds, env_str
+from perfweb.env import database_from_url, env_bool, env_int, env_list, env_seconds, env_str
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -98,3 +98,32 @@ def test_it_uses_sqlite_and_the_embedded_broker_by_default(tmp_path: Path) -> No
 def test_it_uses_redis_when_given(tmp_path: Path) -> None:
     result = load_settings(tmp_path, SECRET_KEY="s3cret", REDIS_URL="redis://127.0.0.1:6379/5")
     assert result.stdout.split()[0] == "redis://127.0.0.1:6379/5"
+
+
+@pytest.mark.parametrize(("raw", "message"), [("smtp", "a whole number"), ("0", "at least 1")])
+def test_it_names_the_variable_of_a_bad_whole_number(raw: str, message: str) -> None:
+    with pytest.raises(ImproperlyConfigured, match=f"EMAIL_PORT must be {message}"):
+        env_int("EMAIL_PORT", default=25, minimum=1, environ={"EMAIL_PORT": raw})
+
+
+def test_it_reads_the_mail_server_for_alert_emails(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EMAIL_")}
+    env.update(
+        PERFWEB_DATA_DIR=str(tmp_path), DJANGO_SETTINGS_MODULE="perfweb.settings", DEBUG="true",
+        EMAIL_HOST="smtp.example.org", EMAIL_PORT="587", EMAIL_USE_TLS="yes",
+        DEFAULT_FROM_EMAIL="perf@example.org",
+    )
+    code = (
+        "import django; django.setup(); from django.conf import settings as s; "
+        "print(s.EMAIL_HOST, s.EMAIL_PORT, s.EMAIL_USE_TLS, s.DEFAULT_FROM_EMAIL)"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["smtp.example.org", "587", "True", "perf@example.org"]
+    env.update(EMAIL_USE_SSL="true")
+    both = subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert both.returncode != 0 and "cannot both be true" in both.stderr
