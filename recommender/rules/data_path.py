@@ -225,6 +225,8 @@ def sync_host_device(evidence: RunEvidence) -> Finding | None:
     """
     best: Finding | None = None
     for trace in evidence.traces:
+        if not trace.launch.get("kernels"):
+            continue  # a CPU-only trace: `.item()` there waits on nothing but the CPU itself
         count = sum(v["count"] for v in trace.sync_points.values())
         syncs_per_step = per_step(trace, count)
         if syncs_per_step < SYNCS_PER_STEP_MIN or not trace.steps:

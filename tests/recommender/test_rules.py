@@ -254,3 +254,14 @@ def test_cpu_bound_reads_every_ranks_process_in_a_distributed_run() -> None:
     found = cpu_bound(evidence(["process:0", "process:1"]))
     assert found is not None and found.id == "cpu.bound"
     assert cpu_bound(evidence(["workers:0"])) is None  # worker children are not the loop
+
+
+def test_host_device_sync_stays_quiet_on_a_cpu_only_trace(make_summary) -> None:  # noqa: ANN001
+    """On the CPU, `.item()` (aten::_local_scalar_dense) blocks on no device: no finding."""
+    from recommender.rules.data_path import sync_host_device
+
+    syncs = {"aten::_local_scalar_dense": {"count": 40, "us": 0.0}}
+    cpu_only = make_summary(sync_points=syncs, launch={"kernels": 0})
+    assert sync_host_device(RunEvidence(traces=[cpu_only])) is None
+    on_gpu = make_summary(sync_points=syncs)
+    assert sync_host_device(RunEvidence(traces=[on_gpu])) is not None
