@@ -40,14 +40,15 @@ def _settings_under(environment: dict[str, str]) -> dict:
     )
     env = {"PATH": os.environ["PATH"], "DJANGO_SETTINGS_MODULE": "perfweb.settings", **environment}
     done = subprocess.run(
-        [sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True, check=False
+        [sys.executable, "-c", probe],
+        cwd=ROOT, env=env, capture_output=True, text=True, check=False,
     )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def _resolved_environment(service: dict) -> dict[str, str]:
-    """The service's environment with `${VAR:-default}` / `${VAR:?msg}` resolved as compose would."""
+    """The service's environment, `${VAR:-default}` and `${VAR:?msg}` resolved as compose would."""
     resolved = {}
     for name, value in service["environment"].items():
         value = str(value)
