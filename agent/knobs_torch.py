@@ -9,8 +9,6 @@ a knob that cannot apply is reported as skipped and the script runs unchanged.
 from __future__ import annotations
 
 import functools
-import importlib.abc
-import importlib.util
 import inspect
 import os
 import sys
@@ -19,6 +17,7 @@ import types
 from collections.abc import Callable
 from typing import Any
 
+from agent.importhook import when_imported
 from agent.knobs import KnobValue
 
 _status: dict[str, str] = {}
@@ -49,10 +48,14 @@ def install(settings: dict[str, KnobValue]) -> dict[str, str]:
 
 def after_torch_import(callback: Callable[[types.ModuleType], None]) -> None:
     """Call `callback(torch)` now if the script imported torch, else right after it does."""
-    if "torch" in sys.modules:
-        callback(sys.modules["torch"])
-    else:
-        sys.meta_path.insert(0, _PostImport("torch", callback))
+
+    def guarded(torch: types.ModuleType) -> None:
+        try:
+            callback(torch)
+        except Exception as error:  # never raise into the user's import
+            _set("*", f"error: {type(error).__name__}: {error}")
+
+    when_imported("torch", guarded)
 
 
 def _apply_environment(settings: dict[str, KnobValue]) -> None:
@@ -73,40 +76,6 @@ def _merge_alloc_conf(current: str, key: str, value: str) -> str:
     """`current` with `key:value` set, other allocator options kept."""
     parts = [p for p in current.split(",") if p.strip() and p.split(":")[0].strip() != key]
     return ",".join([*parts, f"{key}:{value}"])
-
-
-class _PostImport(importlib.abc.MetaPathFinder):
-    """Runs `callback(module)` right after `name` finishes importing, once."""
-
-    def __init__(self, name: str, callback: Callable[[types.ModuleType], None]) -> None:
-        self.name = name
-        self.callback = callback
-        self._busy = False
-
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
-        if fullname != self.name or self._busy:
-            return None
-        self._busy = True
-        try:
-            spec = importlib.util.find_spec(fullname)
-        finally:
-            self._busy = False
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return None
-        exec_module = spec.loader.exec_module
-        finder = self
-
-        def exec_and_hook(module: types.ModuleType) -> None:
-            exec_module(module)
-            if finder in sys.meta_path:
-                sys.meta_path.remove(finder)
-            try:
-                finder.callback(module)
-            except Exception as error:  # never raise into the user's import
-                _set("*", f"error: {type(error).__name__}: {error}")
-
-        spec.loader.exec_module = exec_and_hook  # type: ignore[method-assign]
-        return spec
 
 
 def _apply_torch(torch: Any, settings: dict[str, KnobValue]) -> None:
