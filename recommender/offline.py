@@ -11,7 +11,6 @@ DIR/<run_id>/<agent_id>/traces/<name>.pt.trace.json.gz
 from __future__ import annotations
 
 import gzip
-import re
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,15 +18,12 @@ from typing import Any
 
 import orjson
 
+from agent.layout import BATCH_RE, START_FILE, TRACES_DIR
 from recommender.analysis.summary import TraceSummary, summarize
 from recommender.errors import InputError
 from recommender.evidence import RunEvidence, Series, StepSample
 from recommender.trace.loader import load_trace
 
-START_FILE = "start.json"
-FINISH_FILE = "finish.json"
-TRACES_DIR = "traces"
-_BATCH = re.compile(r"^batch-(\d{8,})\.json\.gz$")
 _LAUNCHER_ONLY_DEVICES = ("process", "workers")  # the launcher's own process is not the job's
 
 
@@ -79,7 +75,7 @@ def _subdirs(path: Path) -> list[Path]:
 
 
 def _batches(agent: Path) -> list[dict[str, Any]]:
-    files = [(int(m.group(1)), p) for p in agent.iterdir() if (m := _BATCH.match(p.name))]
+    files = [(int(m.group(1)), p) for p in agent.iterdir() if (m := BATCH_RE.match(p.name))]
     return [_read_json(p) for _, p in sorted(files)]
 
 
