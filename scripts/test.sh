@@ -6,4 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/install.sh
-exec .venv/bin/python -m pytest "$@"
+# As if the environment were activated: the tests run `perf-agent` and `python` the way a
+# user types them, and those must be this environment's.
+export VIRTUAL_ENV="$PWD/.venv"
+export PATH="$VIRTUAL_ENV/bin:$PATH"
+exec python -m pytest "$@"

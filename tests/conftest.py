@@ -10,6 +10,9 @@ elsewhere it skips with the reason.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -77,3 +80,47 @@ def _celery_runs_tasks_inline() -> Any:
     app.conf.task_always_eager = True
     yield
     app.conf.task_always_eager = False
+
+
+# --- the one headless Chromium of the test session ---------------------------------------
+# Playwright's sync API allows one running instance per thread: every browser test shares it.
+CHROMIUM = Path(os.environ.get("PERFWEB_CHROMIUM", "/usr/bin/chromium"))
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
+
+
+def missing(reason: str) -> None:
+    """Skip outside CI; under CI=true what the suite needs must be there, so fail."""
+    if in_ci():
+        pytest.fail(f"{reason} (required under CI=true)")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Any]:
+    """Debian's Chromium through Playwright (never a downloaded browser), headless."""
+    if not CHROMIUM.exists():
+        missing(f"{CHROMIUM} is not installed (apt-get install chromium)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        missing("the playwright Python package is not installed")
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(
+            executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS
+        )
+        try:
+            yield launched
+        finally:
+            launched.close()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
-from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -13,7 +13,6 @@ from tests.jobs import stack as stack_module
 from tests.server.servers import require_redis
 
 REDIS_DB = 11  # alerts use 12, jobs 13, the server tests 14
-CHROMIUM = Path("/usr/bin/chromium")
 
 
 @pytest.fixture
@@ -32,18 +31,13 @@ def stack(monkeypatch: pytest.MonkeyPatch) -> Iterator[stack_module.Stack]:
 @pytest.mark.redis
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_the_panel_shows_a_new_diagnosis_without_a_reload(stack: stack_module.Stack) -> None:
-    if not CHROMIUM.exists():
-        pytest.fail(f"{CHROMIUM} is not installed")
-    from playwright.sync_api import sync_playwright
-
+def test_the_panel_shows_a_new_diagnosis_without_a_reload(
+    stack: stack_module.Stack, browser: Any
+) -> None:
     run_id = stack.attach(sys.executable, "examples/bottleneck_dataloader.py", "--steps", "30")
     [(run_pk,)] = stack.query("SELECT id FROM runs_run WHERE run_id = ?", run_id)
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=str(CHROMIUM), args=["--no-sandbox", "--disable-gpu"]
-        )
-        page = browser.new_page()
+    page = browser.new_page()
+    try:
         page.goto(stack.url + "/login/")
         page.fill("input[name=username]", stack_module.USER)
         page.fill("input[name=password]", stack_module.PASSWORD)
@@ -61,4 +55,5 @@ def test_the_panel_shows_a_new_diagnosis_without_a_reload(stack: stack_module.St
         first = page.locator("#findings-panel li.finding").first
         assert first.get_attribute("data-finding") == "dataloader.num_workers"
         assert page.locator("#findings-panel").get_attribute("data-live") == "false"
-        browser.close()
+    finally:
+        page.close()

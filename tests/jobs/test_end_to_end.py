@@ -8,6 +8,7 @@ import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -70,39 +71,27 @@ def test_a_knob_that_does_nothing_on_a_healthy_run_is_refuted(stack: Stack) -> N
     print("cudnn_benchmark=true:", _summary(state))
 
 
-def test_the_job_page_draws_the_rounds_and_a_full_progress_bar(stack: Stack) -> None:
-    chromium = Path(os.environ.get("PERFWEB_CHROMIUM", "/usr/bin/chromium"))
-    if not chromium.exists():
-        message = f"{chromium} is not installed"
-        if os.environ.get("CI", "").strip().lower() in ("1", "true", "yes"):
-            pytest.fail(f"{message} (required under CI=true)")
-        pytest.skip(message)
-    from playwright.sync_api import sync_playwright
-
+def test_the_job_page_draws_the_rounds_and_a_full_progress_bar(
+    stack: Stack, browser: Any
+) -> None:
     # The num_workers job of the first test of this module, as its user sees it.
     (job_id,) = stack.wait_row("SELECT id FROM jobs_job WHERE status = 'succeeded' LIMIT 1")
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=str(chromium), headless=True, args=["--no-sandbox", "--disable-gpu"]
+    page = browser.new_page()
+    try:
+        page.goto(f"{stack.url}/jobs/{job_id}/")
+        page.fill("#id_username", USER)
+        page.fill("#id_password", PASSWORD)
+        page.click("button[type=submit]")
+        page.wait_for_url(f"**/jobs/{job_id}/")
+        page.wait_for_function(
+            "document.querySelectorAll('#rounds-chart .scatterlayer .trace').length === 2"
         )
-        try:
-            page = browser.new_page()
-            page.goto(f"{stack.url}/jobs/{job_id}/")
-            page.fill("#id_username", USER)
-            page.fill("#id_password", PASSWORD)
-            page.click("button[type=submit]")
-            page.wait_for_url(f"**/jobs/{job_id}/")
-            page.wait_for_function(
-                "document.querySelectorAll('#rounds-chart .scatterlayer .trace').length === 2"
-            )
-            points = page.eval_on_selector_all(
-                "#rounds-chart .scatterlayer .point", "p => p.length"
-            )
-            assert points == 6  # 3 rounds x (baseline, candidate)
-            assert page.eval_on_selector("progress", "p => p.value") == 1
-            assert "faster" in page.inner_text("[data-testid=job-summary]")
-        finally:
-            browser.close()
+        points = page.eval_on_selector_all("#rounds-chart .scatterlayer .point", "p => p.length")
+        assert points == 6  # 3 rounds x (baseline, candidate)
+        assert page.eval_on_selector("progress", "p => p.value") == 1
+        assert "faster" in page.inner_text("[data-testid=job-summary]")
+    finally:
+        page.close()
 
 
 FORGE = """
