@@ -17,11 +17,12 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
+
+from tests.processes import free_port, stop_group, wait_for_http
 
 ROOT = Path(__file__).resolve().parents[2]
 REDIS_HOST, REDIS_PORT = "127.0.0.1", 6379
@@ -56,12 +57,6 @@ def postgres_database_drop(url: str) -> None:
     name = url.rsplit("/", 1)[1]
     with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
         admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class Stack:
@@ -163,14 +158,7 @@ class Stack:
 
     def stop(self) -> None:
         for name in list(self.processes):
-            process = self.processes.pop(name)
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGTERM)
-                try:
-                    process.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    os.killpg(process.pid, signal.SIGKILL)
-                    process.wait(timeout=5)
+            stop_group(self.processes.pop(name), grace_s=10)
         self._drop_queue()
 
     def cleanup(self) -> None:
@@ -233,14 +221,7 @@ class Stack:
             return json.loads(response.read())
 
     def wait_http(self, url: str, deadline_s: float) -> None:
-        deadline = time.monotonic() + deadline_s
-        while time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(url, timeout=2):
-                    return
-            except OSError:
-                time.sleep(0.3)
-        raise TimeoutError(f"{url} did not answer within {deadline_s:.0f} s\n{self.logs()}")
+        wait_for_http(url, deadline_s, context=self.logs())
 
     def _drop_queue(self) -> None:
         try:

@@ -11,17 +11,16 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests.processes import free_port, stop_group, wait_for_http
 
 ROOT = Path(__file__).resolve().parents[2]
 USER, PASSWORD, PROJECT = "demo", "demo-password", "demo"
@@ -34,33 +33,9 @@ class LiveServer:
     data_dir: Path
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def wait_for_http(url: str, deadline_s: float) -> None:
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(url, timeout=2):
-                return
-        except OSError:
-            time.sleep(0.3)
-    raise TimeoutError(f"{url} did not answer within {deadline_s:.0f}s")
-
-
 def stop(process: subprocess.Popen[bytes]) -> None:
     """Stops a process group this module started, politely first."""
-    if process.poll() is not None:
-        return
-    os.killpg(process.pid, signal.SIGINT)
-    try:
-        process.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait(timeout=5)
+    stop_group(process, first=signal.SIGINT, grace_s=15)
 
 
 def manage_command(manage: list[str], args: list[str], *, env: dict[str, str]) -> str:

@@ -12,7 +12,6 @@ import http.cookiejar
 import json
 import os
 import re
-import signal
 import socket
 import sqlite3
 import subprocess
@@ -24,16 +23,12 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from tests.processes import free_port, stop_group, wait_for_http
+
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 REDIS_DB = int(os.environ.get("PERFWEB_JOBS_TEST_REDIS_DB", "13"))
 USER, PASSWORD = "jobs", "jobs-test-pass"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class Stack:
@@ -87,14 +82,7 @@ class Stack:
 
     def stop(self) -> None:
         for name in list(self.processes):
-            process = self.processes.pop(name)
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGTERM)
-                try:
-                    process.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    os.killpg(process.pid, signal.SIGKILL)
-                    process.wait(timeout=5)
+            stop_group(self.processes.pop(name), grace_s=15)
         self._flush_broker()
 
     def logs(self) -> str:
@@ -194,14 +182,7 @@ class Stack:
         client.close()
 
     def wait_http(self, url: str, deadline_s: float) -> None:
-        deadline = time.monotonic() + deadline_s
-        while time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(url, timeout=2):
-                    return
-            except OSError:
-                time.sleep(0.3)
-        raise TimeoutError(f"{url} did not answer within {deadline_s:.0f} s\n{self.logs()}")
+        wait_for_http(url, deadline_s, context=self.logs())
 
     def _flush_broker(self) -> None:
         try:
