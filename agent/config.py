@@ -150,7 +150,7 @@ def load_settings(env: Mapping[str, str] | None = None, **overrides: Any) -> Set
     }
     run_id = env.get(protocol.ENV_RUN_ID)
     if run_id:
-        if protocol.RUN_ID_RE.match(run_id):
+        if protocol.RUN_ID_RE.fullmatch(run_id):
             values["run_id"] = run_id
         else:
             log.warning("%s=%r is not a valid run id; using a new one", protocol.ENV_RUN_ID, run_id)

@@ -31,6 +31,11 @@ def error_response(message: str, status: int) -> HttpResponse:
 
 def read_json(request: HttpRequest) -> Any:
     """The body, un-gzipped and parsed; BadRequest (400/413/415) otherwise."""
+    return parse_json(read_body(request))
+
+
+def read_body(request: HttpRequest) -> bytes:
+    """The body's bytes, un-gzipped; BadRequest (413/415, or 400 for broken gzip)."""
     length = request.META.get("CONTENT_LENGTH") or "0"
     if length.isdigit() and int(length) > MAX_BODY_BYTES:
         raise BadRequest(f"the body is larger than {MAX_BODY_BYTES} bytes", 413)
@@ -39,9 +44,13 @@ def read_json(request: HttpRequest) -> Any:
         raise BadRequest(f"the body is larger than {MAX_BODY_BYTES} bytes", 413)
     encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
     if encoding == "gzip":
-        body = _gunzip(body)
-    elif encoding not in ("identity", ""):
+        return _gunzip(body)
+    if encoding not in ("identity", ""):
         raise BadRequest(f"Content-Encoding {encoding} is not supported (use gzip)", 415)
+    return body
+
+
+def parse_json(body: bytes) -> Any:
     try:
         return orjson.loads(body)
     except orjson.JSONDecodeError as error:

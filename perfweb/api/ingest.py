@@ -11,19 +11,25 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
 from perfweb.api.auth import token_required
-from perfweb.api.http import BadRequest, error_response, json_response, read_json
+from perfweb.api.http import BadRequest, error_response, json_response, parse_json, read_body
 from perfweb.projects.models import Project
 from perfweb.runs import services
 from perfweb.runs.batches import batch_store
 from perfweb.runs.fields import Invalid
 from perfweb.runs.models import Run
-from perfweb.runs.schemas import parse_batch, parse_finish, parse_heartbeat, parse_start
+from perfweb.runs.schemas import (
+    parse_batch,
+    parse_batch_json,
+    parse_finish,
+    parse_heartbeat,
+    parse_start,
+)
 from perfweb.runs.selectors import agent_commands
 
 
 def ingest_view(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-    """POST only, token auth, no CSRF (no cookies involved); the view gets the parsed body;
-    bad input is a 4xx with one sentence, an unknown run a 404."""
+    """POST only, token auth, no CSRF (no cookies involved); the view gets the body's bytes,
+    un-gzipped; bad input is a 4xx with one sentence, an unknown run a 404."""
 
     @csrf_exempt
     @require_POST
@@ -31,7 +37,7 @@ def ingest_view(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse
     @wraps(view)
     def wrapper(request: HttpRequest, *, project: Project) -> HttpResponse:
         try:
-            return view(read_json(request), project=project)
+            return view(read_body(request), project=project)
         except BadRequest as error:
             return error_response(str(error), error.status)
         except Invalid as error:
@@ -48,15 +54,17 @@ def _reply(target: Run, agent_id: str, **extra: Any) -> HttpResponse:
 
 
 @ingest_view
-def start(body: Any, *, project: Project) -> HttpResponse:
-    request = parse_start(body)
+def start(body: bytes, *, project: Project) -> HttpResponse:
+    request = parse_start(parse_json(body))
     run = services.run_start(project=project, request=request)
     return _reply(run, request.agent_id, run={"id": run.run_id, "url": f"/runs/{run.run_id}/"})
 
 
 @ingest_view
-def batch(body: Any, *, project: Project) -> HttpResponse:
-    request = parse_batch(body)
+def batch(body: bytes, *, project: Project) -> HttpResponse:
+    # Well-formed batches decode straight into typed lists; anything else is parsed again
+    # generically so that the answer names the first bad field.
+    request = parse_batch_json(body) or parse_batch(parse_json(body))
     result = batch_store(project=project, request=request)
     run = Run(run_id=request.run_id, project=project)
     return _reply(
@@ -68,14 +76,14 @@ def batch(body: Any, *, project: Project) -> HttpResponse:
 
 
 @ingest_view
-def heartbeat(body: Any, *, project: Project) -> HttpResponse:
-    run_id, agent_id = parse_heartbeat(body)
+def heartbeat(body: bytes, *, project: Project) -> HttpResponse:
+    run_id, agent_id = parse_heartbeat(parse_json(body))
     services.run_heartbeat(project=project, run_id=run_id, agent_id=agent_id)
     return _reply(Run(run_id=run_id, project=project), agent_id)
 
 
 @ingest_view
-def finish(body: Any, *, project: Project) -> HttpResponse:
-    request = parse_finish(body)
+def finish(body: bytes, *, project: Project) -> HttpResponse:
+    request = parse_finish(parse_json(body))
     run = services.run_finish(project=project, request=request)
     return _reply(run, request.agent_id, status=run.status)

@@ -42,7 +42,7 @@ def string(
         raise Invalid(f"{name} is not a string")
     if len(value) > max_length:
         raise Invalid(f"{name} is longer than {max_length} characters")
-    if pattern is not None and not pattern.match(value):
+    if pattern is not None and not pattern.fullmatch(value):
         raise Invalid(f"{name} does not match {pattern.pattern}")
     return value
 

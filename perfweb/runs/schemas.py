@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from itertools import chain
+from itertools import accumulate, chain
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from agent import protocol
 from perfweb.runs.fields import (
     LATEST_TIME,
-    NUMBER_TYPES,
     Invalid,
     flat_dict,
     integer,
@@ -124,17 +124,63 @@ def parse_start(body: Any) -> StartRequest:
 
 def parse_batch(body: Any) -> BatchRequest:
     body = obj(body, "the body")
-    run_id, agent_id = _ids(body)
+    run_id, agent_id = _ids(body)  # the ids are named first whatever else is wrong
+    return _batch(body, metrics=_metrics(body.get("metrics")), ids=(run_id, agent_id))
+
+
+class _Series(msgspec.Struct, gc=False):
+    device: str
+    name: str
+    t: list[float]
+    v: list[float]
+
+
+class _Batch(msgspec.Struct, gc=False):
+    """A batch body with its bulk, the metrics, typed; the small fields come as JSON gave
+    them and go through the same readers as parse_batch's."""
+
+    run_id: Any = None
+    agent_id: Any = None
+    seq: Any = None
+    sent_at: Any = None
+    metrics: list[_Series] | None = None
+    steps: Any = None
+    facts: Any = None
+    devices: Any = None
+    dropped: Any = None
+
+
+_BATCH_DECODER = msgspec.json.Decoder(_Batch)
+_SMALL_FIELDS = tuple(name for name in _Batch.__struct_fields__ if name != "metrics")
+
+
+def parse_batch_json(raw: bytes) -> BatchRequest | None:
+    """parse_batch of a JSON body, decoding the metrics' numbers straight into typed lists
+    (msgspec checks their types in the same pass) and on into arrays: 0.7 ms instead of
+    1.6 ms for 8 GPUs × 12 metrics × 50 samples. None when the metrics are not well formed:
+    parse_batch then finds and names the first bad field."""
+    try:
+        decoded = _BATCH_DECODER.decode(raw)
+    except msgspec.DecodeError:  # not JSON, not an object, or a metric of the wrong type
+        return None
+    metrics = _typed_metrics(decoded.metrics or [])
+    if metrics is None:
+        return None
+    body = {name: getattr(decoded, name) for name in _SMALL_FIELDS}
+    return _batch(body, metrics=metrics, ids=_ids(body))
+
+
+def _batch(body: dict[str, Any], *, metrics: list[Samples], ids: tuple[str, str]) -> BatchRequest:
+    """The batch from its fields but the metrics, read in docs/protocol.md's order."""
     seq = integer(body, "seq", required=True, minimum=0)
     unix_time(body, "sent_at")
-    metrics = _metrics(body.get("metrics"))
     steps: list[Samples] = []
     step_count = 0
     if body.get("steps") is not None:
         steps, step_count = _steps(obj(body["steps"], "steps"))
     return BatchRequest(
-        run_id=run_id,
-        agent_id=agent_id,
+        run_id=ids[0],
+        agent_id=ids[1],
         seq=seq or 0,
         metrics=metrics,
         steps=steps,
@@ -188,7 +234,7 @@ def _metrics(value: Any) -> list[Samples]:
     keys = [
         _series_key(obj(item, f"metrics[{i}]"), f"metrics[{i}].") for i, item in enumerate(value)
     ]
-    arrays = _all_numbers(value) or [_series_numbers(item, i) for i, item in enumerate(value)]
+    arrays = [_series_numbers(item, i) for i, item in enumerate(value)]
     return [
         Samples(device=device, name=name, t=t, v=v)
         for (device, name), (t, v) in zip(keys, arrays, strict=True)
@@ -212,27 +258,28 @@ def _series_key(item: dict[str, Any], path: str) -> tuple[str, str]:
     return device, name
 
 
-def _all_numbers(items: list[dict[str, Any]]) -> list[tuple[np.ndarray, np.ndarray]] | None:
-    """Every series' t and v, checked in one pass over the whole batch; None when anything
-    is off, and _series_numbers then finds and names the first bad entry."""
-    if not items:
-        return []
-    ts: list[Any] = [item.get("t") for item in items]
-    vs: list[Any] = [item.get("v") for item in items]
-    pairs = zip(ts, vs, strict=True)
-    if not all(type(t) is list and type(v) is list and len(t) == len(v) for t, v in pairs):
-        return None
-    flat_t, flat_v = list(chain.from_iterable(ts)), list(chain.from_iterable(vs))
-    if not set(map(type, flat_t)) | set(map(type, flat_v)) <= NUMBER_TYPES:
+def _typed_metrics(items: list[_Series]) -> list[Samples] | None:
+    """The decoded metrics as Samples, their numbers checked for the whole batch at once;
+    None when anything is off."""
+    if len(items) > MAX_SERIES_PER_BATCH:
         return None
     try:
-        t, v = np.array(flat_t, dtype=np.float64), np.array(flat_v, dtype=np.float64)
-    except OverflowError:
+        keys = [_series_key({"device": s.device, "name": s.name}, "") for s in items]
+    except Invalid:
         return None
+    lengths = [len(s.t) for s in items]
+    if lengths != [len(s.v) for s in items]:
+        return None
+    total = sum(lengths)
+    t = np.fromiter(chain.from_iterable(s.t for s in items), np.float64, total)
+    v = np.fromiter(chain.from_iterable(s.v for s in items), np.float64, total)
     if not (np.isfinite(v).all() and ((t >= 0) & (t < LATEST_TIME)).all()):
         return None
-    bounds = np.cumsum([len(x) for x in ts])[:-1]
-    return list(zip(np.split(t, bounds), np.split(v, bounds), strict=True))
+    ends = accumulate(lengths)
+    return [
+        Samples(device=device, name=name, t=t[end - n : end], v=v[end - n : end])
+        for (device, name), n, end in zip(keys, lengths, ends, strict=True)
+    ]
 
 
 def _series_numbers(item: dict[str, Any], i: int) -> tuple[np.ndarray, np.ndarray]:
