@@ -17,7 +17,7 @@ from perfweb.projects.models import Project
 from perfweb.runs.models import BatchReceipt, Run, RunProcess
 from perfweb.runs.schemas import BatchRequest
 from perfweb.runs.services import RunNotFound, devices_upsert, run_facts_merge
-from perfweb.series.services import chunks_prepare, chunks_store
+from perfweb.series.services import chunk_rows, chunks_insert, chunks_prepare, series_known
 
 RUNS = Run._meta.db_table
 RECEIPTS = BatchReceipt._meta.db_table
@@ -34,39 +34,43 @@ class BatchResult:
 def batch_store(*, project: Project, request: BatchRequest) -> BatchResult:
     """Stores the batch once: its receipt and its data commit together or not at all."""
     chunks = chunks_prepare(samples=request.metrics + request.steps)
+    run = Run(
+        id=_run_pk(project=project, run_id=request.run_id), run_id=request.run_id, project=project
+    )
+    # Read before the write transaction: on SQLite every ingest request queues for the one
+    # write lock, so it is held for the writes only (new series are created under it).
+    known = series_known(run=run)
     now = connection.ops.adapt_datetimefield_value(timezone.now())
     with transaction.atomic(), connection.cursor() as cursor:
-        run_pk = _run_locked(cursor, project=project, run_id=request.run_id)
+        if connection.features.has_select_for_update:  # SQLite's IMMEDIATE begin locks all
+            cursor.execute(f"SELECT id FROM {RUNS} WHERE id = %s FOR UPDATE", [run.id])
         cursor.execute(
             f"INSERT INTO {RECEIPTS} (run_id, agent_id, seq, samples, received_at)"
             " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (run_id, agent_id, seq) DO NOTHING",
-            [run_pk, request.agent_id, request.seq, request.sample_count, now],
+            [run.id, request.agent_id, request.seq, request.sample_count, now],
         )
         if cursor.rowcount != 1:
             return BatchResult(duplicate=True, samples=0, steps=0)
-        run = Run(id=run_pk, run_id=request.run_id, project=project)
-        chunks_store(run=run, chunks=chunks)
+        chunks_insert(rows=chunk_rows(run=run, chunks=chunks, known=known))
         steps = _process_seen(cursor, run=run, request=request, now=now)
         cursor.execute(
             f"UPDATE {RUNS} SET last_seen_at = %s,"
             " step_count = CASE WHEN step_count > %s THEN step_count ELSE %s END,"
             " status = CASE WHEN status = %s THEN %s ELSE status END WHERE id = %s",
-            [now, steps, steps, Run.LOST, Run.RUNNING, run_pk],
+            [now, steps, steps, Run.LOST, Run.RUNNING, run.id],
         )
         if request.facts:
-            run_facts_merge(run_pk=run_pk, facts=request.facts)
+            run_facts_merge(run_pk=run.id, facts=request.facts)
         devices_upsert(run=run, devices=request.devices)
     return BatchResult(duplicate=False, samples=request.sample_count, steps=request.step_count)
 
 
-def _run_locked(cursor: object, *, project: Project, run_id: str) -> int:
-    """The run's primary key, its row locked until commit on PostgreSQL (SQLite's IMMEDIATE
-    transaction already holds the write lock)."""
-    lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
-    cursor.execute(  # type: ignore[attr-defined]
-        f"SELECT id FROM {RUNS} WHERE run_id = %s AND project_id = %s{lock}", [run_id, project.id]
-    )
-    row = cursor.fetchone()  # type: ignore[attr-defined]
+def _run_pk(*, project: Project, run_id: str) -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT id FROM {RUNS} WHERE run_id = %s AND project_id = %s", [run_id, project.id]
+        )
+        row = cursor.fetchone()
     if row is None:
         raise RunNotFound(run_id)
     return int(row[0])

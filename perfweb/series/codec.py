@@ -24,6 +24,7 @@ import numpy as np
 CHUNK_SAMPLES = 8192  # samples per compacted chunk
 FINE_BUCKET = 64  # rollup_fine: min and max of every 64 samples
 COARSE_BUCKET = 1024  # rollup_coarse: of every 1024
+ROLLUP_MIN_SAMPLES = 4 * FINE_BUCKET  # the fewest samples any rollup is made of (see rollup)
 PLAIN = 0  # ingest's format: the float64s as they are (cheapest to write)
 PACKED = 1  # compaction's format: transformed as above, then compressed hard
 SINGLE = 1  # PLAIN's second byte when the values are float32 (exactly)

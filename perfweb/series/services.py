@@ -74,7 +74,7 @@ def chunks_prepare(*, samples: Iterable[Samples]) -> list[PreparedChunk]:
         columns = (
             firsts[i], lasts[i], b - a, totals[i], lows[i], highs[i], low_times[i],
             high_times[i], _plain(t_bytes, v_bytes, v32_bytes, a, b, single=single[i]),
-            *_rollups(t[a:b], v[a:b]),
+            *(_rollups(t[a:b], v[a:b]) if b - a >= codec.ROLLUP_MIN_SAMPLES else NO_ROLLUPS),
         )  # fmt: skip
         prepared.append(PreparedChunk(device=s.device, name=s.name, columns=columns))
     return prepared
@@ -87,6 +87,9 @@ def _plain(
     if single:
         return codec.plain(t_bytes[8 * a : 8 * b], v32_bytes[4 * a : 4 * b], single=True)
     return codec.plain(t_bytes[8 * a : 8 * b], v_bytes[8 * a : 8 * b])
+
+
+NO_ROLLUPS = (None, None)
 
 
 def _rollups(t: np.ndarray, v: np.ndarray) -> tuple[bytes | None, bytes | None]:
@@ -111,16 +114,26 @@ def series_append(*, run: Run, samples: Iterable[Samples]) -> int:
 
 def chunks_store(*, run: Run, chunks: list[PreparedChunk]) -> int:
     """Stores prepared chunks in the run's series; returns how many samples that was."""
-    if not chunks:
-        return 0
-    ids = series_ids(run=run, keys={(c.device, c.name) for c in chunks})
-    chunks_insert(rows=[(ids[c.device, c.name], *c.columns) for c in chunks])
+    chunks_insert(rows=chunk_rows(run=run, chunks=chunks))
     return sum(int(c.columns[2]) for c in chunks)  # type: ignore[call-overload]
+
+
+def chunk_rows(
+    *, run: Run, chunks: list[PreparedChunk], known: dict[tuple[str, str], int] | None = None
+) -> list[tuple[object, ...]]:
+    """The chunks as rows for chunks_insert, their series created where missing (`known`:
+    the run's series ids as series_known read them, if the caller has them)."""
+    if not chunks:
+        return []
+    ids = series_ids(run=run, keys={(c.device, c.name) for c in chunks}, known=known)
+    return [(ids[c.device, c.name], *c.columns) for c in chunks]
 
 
 def chunks_insert(*, rows: list[tuple[object, ...]]) -> None:
     """Rows of (series_id, *CHUNK_COLUMNS), without model instances: binary COPY on
     PostgreSQL (a third of executemany's time), executemany on SQLite."""
+    if not rows:
+        return
     table = Chunk._meta.db_table
     names = ", ".join(("series_id", *CHUNK_COLUMNS))
     with connection.cursor() as cursor:
@@ -134,17 +147,22 @@ def chunks_insert(*, rows: list[tuple[object, ...]]) -> None:
             cursor.executemany(f"INSERT INTO {table} ({names}) VALUES ({marks})", rows)
 
 
-def series_ids(*, run: Run, keys: set[tuple[str, str]]) -> dict[tuple[str, str], int]:
+def series_ids(
+    *,
+    run: Run,
+    keys: set[tuple[str, str]],
+    known: dict[tuple[str, str], int] | None = None,
+) -> dict[tuple[str, str], int]:
     """The ids of the run's series with these (device, name) keys, creating missing ones
     (another rank of the same run may be creating them at the same moment)."""
-    known = _known_series(run=run)
+    known = series_known(run=run) if known is None else known
     missing = keys - known.keys()
     if missing:
         Series.objects.bulk_create(
             [Series(run=run, device=device, name=name) for device, name in sorted(missing)],
             ignore_conflicts=True,
         )
-        known = _known_series(run=run)
+        known = series_known(run=run)
     return known
 
 
@@ -219,7 +237,8 @@ def run_compact(*, run_id: int) -> int:
     return sum(series_compact(series_id=series_id) for series_id in series)
 
 
-def _known_series(*, run: Run) -> dict[tuple[str, str], int]:
+def series_known(*, run: Run) -> dict[tuple[str, str], int]:
+    """{(device, name): id} of the run's series."""
     with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT device, name, id FROM {Series._meta.db_table} WHERE run_id = %s", [run.id]
