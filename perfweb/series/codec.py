@@ -1,6 +1,14 @@
 """Packing of a chunk's samples into bytes, and the min/max rollups beside them.
 
-`data`: times and values as float64 bit patterns, made small before zlib:
+`data` as ingest writes it (PLAIN): each batch's samples of a series nearly as they are, since
+even zlib's fastest level costs more than the rest of a batch's work. Values are float32 when
+that is exact (most GPU metrics); times are the first one's float64 bits and, for the others,
+the uint32 difference of their bits from it (exact: the bits of non-negative doubles grow with
+the value, and 2^32 steps of 2^-22 s span 1024 s at today's Unix times), else float64s.
+Compaction rewrites them PACKED within a minute or so.
+
+`data` once compacted (PACKED): times and values as float64 bit patterns, made small before
+zlib:
 - times: delta-of-delta of the bit patterns. For Unix seconds between 2004 and 2038 the
   exponent is fixed, so the pattern grows with the time and the second difference is the
   sampling jitter in units of 2^-22 s; exact, sub-microsecond digits included.
@@ -27,23 +35,25 @@ COARSE_BUCKET = 1024  # rollup_coarse: of every 1024
 ROLLUP_MIN_SAMPLES = 4 * FINE_BUCKET  # the fewest samples any rollup is made of (see rollup)
 PLAIN = 0  # ingest's format: the float64s as they are (cheapest to write)
 PACKED = 1  # compaction's format: transformed as above, then compressed hard
-SINGLE = 1  # PLAIN's second byte when the values are float32 (exactly)
-PLAIN_HEADER = bytes((PLAIN, 0))
-PLAIN_HEADER_SINGLE = bytes((PLAIN, SINGLE))
+SINGLE = 1  # a flag in PLAIN's second byte: the values are float32 (exactly)
+OFFSETS = 2  # a flag in PLAIN's second byte: the times are a base and uint32 offsets
+MAX_OFFSET = 2**32
 XOR_VALUES = 255  # the values byte when values are XORed instead of scaled
 MAX_DECIMALS = 6
 
 
 def encode_plain(*, t: np.ndarray, v: np.ndarray) -> bytes:
-    """Sorted float64 arrays of equal length, for a batch's small chunk: as they are, since
-    even zlib's fastest level costs more than the rest of a batch's work (values as float32
-    when that is exact, as for most GPU metrics); compaction rewrites them packed within a
-    minute or so."""
+    """Sorted float64 arrays of equal length, as a batch's small chunk (see above)."""
     with np.errstate(over="ignore"):  # too big for float32: inf, then not exact
         v32 = v.astype("<f4")
-    if exact_as_float32(v, v32).all():
-        return plain(t.astype("<f8").tobytes(), v32.tobytes(), single=True)
-    return plain(t.astype("<f8").tobytes(), v.astype("<f8").tobytes())
+    single = bool(exact_as_float32(v, v32).all())
+    values = v32.tobytes() if single else v.astype("<f8").tobytes()
+    bits = t.astype("<f8").view("<i8")
+    offsets = bits - bits[:1]
+    if len(t) and bits[0] >= 0 and offsets.min() >= 0 and offsets.max() < MAX_OFFSET:
+        times = bits[:1].tobytes() + offsets.astype("<u4").tobytes()
+        return plain(times, values, single=single, offsets=True)
+    return plain(bits.tobytes(), values, single=single)
 
 
 def exact_as_float32(v: np.ndarray, v32: np.ndarray) -> np.ndarray:
@@ -52,9 +62,9 @@ def exact_as_float32(v: np.ndarray, v32: np.ndarray) -> np.ndarray:
     return v32.astype(np.float64).view(np.int64) == v.view(np.int64)
 
 
-def plain(t_bytes: bytes, v_bytes: bytes, *, single: bool = False) -> bytes:
-    """encode_plain from the arrays' little-endian bytes (values float32 when `single`)."""
-    return (PLAIN_HEADER_SINGLE if single else PLAIN_HEADER) + t_bytes + v_bytes
+def plain(times: bytes, values: bytes, *, single: bool = False, offsets: bool = False) -> bytes:
+    """encode_plain from the times' and the values' bytes, laid out as the flags say."""
+    return bytes((PLAIN, (SINGLE if single else 0) | (OFFSETS if offsets else 0))) + times + values
 
 
 def encode(*, t: np.ndarray, v: np.ndarray, level: int = 6) -> bytes:
@@ -68,9 +78,17 @@ def encode(*, t: np.ndarray, v: np.ndarray, level: int = 6) -> bytes:
 
 def decode(*, blob: bytes, count: int) -> tuple[np.ndarray, np.ndarray]:
     if blob[0] == PLAIN:
-        t = np.frombuffer(blob, dtype="<f8", count=count, offset=2)
-        values = "<f4" if blob[1] == SINGLE else "<f8"
-        v = np.frombuffer(blob, dtype=values, count=count, offset=2 + 8 * count)
+        flags = blob[1]
+        if flags & OFFSETS:
+            base = np.frombuffer(blob, dtype="<i8", count=1, offset=2)
+            offsets = np.frombuffer(blob, dtype="<u4", count=count, offset=10)
+            t = (offsets.astype(np.int64) + base).view(np.float64)
+            values_at = 10 + 4 * count
+        else:
+            t = np.frombuffer(blob, dtype="<f8", count=count, offset=2)
+            values_at = 2 + 8 * count
+        values = "<f4" if flags & SINGLE else "<f8"
+        v = np.frombuffer(blob, dtype=values, count=count, offset=values_at)
         return t, v.astype(np.float64)
     raw = zlib.decompress(memoryview(blob)[2:])
     decimals = blob[1]

@@ -46,6 +46,59 @@ def test_it_packs_samples_losslessly(values: list[float]) -> None:
         assert decoded_v.tobytes() == v.tobytes()
 
 
+@pytest.mark.parametrize(
+    "t",
+    [
+        [T0, T0 + 1023.9, T0 + 1023.9 + 1e-6],  # within 2^32 steps of the first: offsets
+        [T0, T0 + 1024.5],  # beyond: float64 times
+        [-0.0, 0.0, 1e-300, 1.0],  # -0.0's bits are negative: float64 times
+        [0.0, 5e-324, 1e-310],  # subnormals
+    ],
+)
+def test_it_keeps_ingest_times_exact_whichever_layout_they_take(t: list[float]) -> None:
+    times = np.array(t)
+    blob = codec.encode_plain(t=times, v=np.arange(len(t), dtype=np.float64))
+    decoded_t, _ = codec.decode(blob=blob, count=len(t))
+    assert decoded_t.tobytes() == times.tobytes()
+
+
+def test_it_stores_ingest_times_in_four_bytes_when_they_fit() -> None:
+    t, v = realistic(50, step=0.1)
+    assert len(codec.encode_plain(t=t, v=v)) == 2 + 8 + 4 * 50 + 4 * 50  # float32 values
+    late = t + np.where(np.arange(50) < 25, 0.0, 2000.0)
+    assert len(codec.encode_plain(t=late, v=v)) == 2 + 8 * 50 + 4 * 50
+
+
+def test_it_still_reads_ingest_chunks_with_float64_times() -> None:
+    t, v = realistic(5)
+    for single, values in ((False, v.tobytes()), (True, v.astype("<f4").tobytes())):
+        blob = codec.plain(t.tobytes(), values, single=single)
+        decoded_t, decoded_v = codec.decode(blob=blob, count=5)
+        assert decoded_t.tobytes() == t.tobytes() and decoded_v.tobytes() == v.tobytes()
+
+
+def test_a_batch_packs_each_series_as_it_would_alone() -> None:
+    rng = np.random.default_rng(3)
+    t, v = realistic(40, step=0.1)
+    series = [
+        Samples(device="gpu:0", name="gpu.utilization", t=t, v=v),
+        Samples(device="gpu:0", name="gpu.power", t=t, v=v + 0.1),  # float64 values
+        Samples(device="gpu:1", name="gpu.power", t=t[::-1] + 5000.0, v=v),  # unsorted, late
+        Samples(device="gpu:2", name="gpu.power", t=np.array([T0, T0 + 3000.0]), v=v[:2]),
+        Samples(device="gpu:3", name="gpu.power", t=np.array([]), v=np.array([])),
+        Samples(device="process", name="process.rss", t=t[:7], v=rng.normal(8e9, 1e7, 7)),
+    ]
+    prepared = services.chunks_prepare(samples=series)
+    alone = [s for s in series if len(s.t)]
+    assert [(c.device, c.name) for c in prepared] == [(s.device, s.name) for s in alone]
+    for chunk, s in zip(prepared, alone, strict=True):
+        order = np.argsort(s.t, kind="stable")
+        expected = services.chunk_columns(t=s.t, v=s.v)
+        assert chunk.columns[3] == pytest.approx(expected[3], rel=1e-12)  # v_sum: order
+        assert chunk.columns[:3] + chunk.columns[4:] == expected[:3] + expected[4:]
+        assert chunk.columns[8] == codec.encode_plain(t=s.t[order], v=s.v[order])
+
+
 def test_it_packs_a_realistic_series_small() -> None:
     t, v = realistic(codec.CHUNK_SAMPLES)
     assert len(codec.encode(t=t, v=v)) / len(t) < 4  # bytes per sample, times included
