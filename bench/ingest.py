@@ -1,15 +1,19 @@
 """Ingest throughput through the real HTTP endpoint vs a raw bulk load of the same rows, and
 the bytes stored per sample.
 
-    python bench/ingest.py                      # SQLite and PostgreSQL, 3 rounds each
-    python bench/ingest.py --db sqlite --rounds 1 --batches 10
+    python bench/ingest.py                      # SQLite and PostgreSQL, 5 rounds each
+    python bench/ingest.py --db sqlite --rounds 3 --batches 20
 
 HTTP: gunicorn on 127.0.0.1, `--agents` concurrent clients (one run each) posting gzipped
 batches of 8 GPUs × 12 metrics at `--hz` for `--batch-seconds`, plus process metrics and
-steps. Raw: the same samples turned into the same chunk rows and loaded into the same table
-(same indexes) in one transaction — COPY on PostgreSQL, executemany on SQLite; reported with
-and without the packing time. Bytes: the chunk and series tables with their indexes (and
-TOAST), as ingested and after compaction, per sample. Writes bench/results/ingest-<db>.json.
+steps. Raw: the same kind of batches, already as arrays, turned into chunk rows by the very
+code the endpoint uses (`chunks_prepare`) and loaded into the same table (same indexes) in
+one transaction by the endpoint's own bulk insert: binary COPY on PostgreSQL, executemany on
+SQLite. Raw is reported with the packing (pack + load) and without it (rows prebuilt, load
+only). Rounds alternate raw and HTTP, and each round's ratio compares the two halves of the
+same round (the machines are noisy); the ratios reported are the medians of those. Bytes: the
+chunk and series tables with their indexes (and TOAST), as ingested and after compaction, per
+sample. Writes bench/results/ingest-<db>.json.
 """
 
 from __future__ import annotations
@@ -34,8 +38,11 @@ def main() -> None:
     parser.add_argument("--db", choices=["sqlite", "postgresql", "both"], default="both")
     parser.add_argument("--agents", type=int, default=8, help="concurrent posting clients")
     parser.add_argument("--batches", type=int, default=30, help="batches per agent per round")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--workers", type=int, default=4, help="gunicorn workers")
+    parser.add_argument(
+        "--threads", type=int, default=1, help="threads per worker (the Procfile runs 2 × 4)"
+    )
     parser.add_argument("--hz", type=float, default=10.0)
     parser.add_argument("--batch-seconds", type=float, default=5.0)
     args = parser.parse_args()
@@ -50,72 +57,85 @@ def main() -> None:
 def run(args: argparse.Namespace) -> None:
     with h.database(args.db) as db:
         h.setup_django(db)
-        with h.server(db, workers=args.workers) as (host, port):
-            http_rounds = [http_round(db, host, port, args, r) for r in range(args.rounds)]
-        http_samples = sum(r["samples"] for r in http_rounds)
+        with h.server(db, workers=args.workers, threads=args.threads) as (host, port):
+            rounds = [
+                {"raw": raw_round(db, args, r), "http": http_round(db, host, port, args, r)}
+                for r in range(args.rounds)
+            ]
+        http_rounds, raw_rounds = [r["http"] for r in rounds], [r["raw"] for r in rounds]
+        samples = _stored_samples()
         db.vacuum_analyze(TABLES)
         ingested = db.storage_bytes(TABLES)
         compact_s = compact_all()
         if db.kind == "postgresql":
             _vacuum_full(db)
         compacted = db.storage_bytes(TABLES)
-        raw_rounds = [raw_round(db, args, r) for r in range(args.rounds)]
+        row_per_sample = row_per_sample_load(db, args)
+
+    def ratio(http: str, raw: str) -> float:
+        return h.median([r["http"][http] / r["raw"][raw] for r in rounds])
+
     http_rate = h.median([r["samples_per_s"] for r in http_rounds])
-    copy_rate = h.median([r["load_samples_per_s"] for r in raw_rounds])
+    load_rate = h.median([r["load_samples_per_s"] for r in raw_rounds])
     full_rate = h.median([r["pack_and_load_samples_per_s"] for r in raw_rounds])
-    row_rate = h.median([r["row_per_sample"]["samples_per_s"] for r in raw_rounds])
-    row_bytes = raw_rounds[-1]["row_per_sample"]["bytes_per_sample"]
-    http_per_cpu = h.median([r["samples_per_cpu_s"] for r in http_rounds])
-    raw_per_cpu = h.median([r["samples_per_cpu_s"] for r in raw_rounds])
+    row_rate = row_per_sample["samples_per_s"]
+    row_bytes = row_per_sample["bytes_per_sample"]
     result = {
         "db": args.db,
         "config": vars(args),
         "http": http_rounds,
         "raw": raw_rounds,
         "http_samples_per_s_median": http_rate,
-        "raw_load_samples_per_s_median": copy_rate,
+        "raw_load_samples_per_s_median": load_rate,
         "raw_pack_and_load_samples_per_s_median": full_rate,
-        "ratio_http_vs_raw_load": http_rate / copy_rate,
-        "ratio_http_vs_raw_pack_and_load": http_rate / full_rate,
-        "http_samples_per_cpu_s_median": http_per_cpu,
-        "raw_samples_per_cpu_s_median": raw_per_cpu,
-        "ratio_http_vs_raw_per_cpu_second": http_per_cpu / raw_per_cpu,
-        "row_per_sample_load_samples_per_s_median": row_rate,
+        "ratio_http_vs_raw_load": ratio("samples_per_s", "load_samples_per_s"),
+        "ratio_http_vs_raw_pack_and_load": ratio("samples_per_s", "pack_and_load_samples_per_s"),
+        "ratio_http_vs_raw_per_cpu_second": ratio("samples_per_cpu_s", "samples_per_cpu_s"),
+        "http_server_cpu_ms_per_batch_median": h.median(
+            [1000 * r["cpu_s"]["server"] / r["batches"] for r in http_rounds]
+        ),
+        "row_per_sample_load_samples_per_s": row_rate,
         "row_per_sample_bytes_per_sample": row_bytes,
         "ratio_http_vs_row_per_sample_load": http_rate / row_rate,
-        "samples_stored": http_samples,
-        "bytes_per_sample_as_ingested": ingested / http_samples,
-        "bytes_per_sample_after_compaction": compacted / http_samples,
-        "compaction_samples_per_s": http_samples / compact_s,
+        "orm_object_per_sample_samples_per_s": row_per_sample["orm_samples_per_s"],
+        "ratio_http_vs_orm_object_per_sample": http_rate / row_per_sample["orm_samples_per_s"],
+        "samples_stored": samples,
+        "bytes_per_sample_as_ingested": ingested / samples,
+        "bytes_per_sample_after_compaction": compacted / samples,
+        "compaction_samples_per_s": samples / compact_s,
     }
-    path = h.write_result(f"ingest-{args.db}", result)
+    suffix = f"-{args.workers}x{args.threads}" if args.threads > 1 else ""
+    path = h.write_result(f"ingest-{args.db}{suffix}", result)
     print(
         f"[{args.db}] HTTP ingest median {http_rate:,.0f} samples/s "
-        f"(p95 batch latency {h.median([r['p95_latency_ms'] for r in http_rounds]):.0f} ms)"
+        f"(p95 batch latency {h.median([r['p95_latency_ms'] for r in http_rounds]):.0f} ms, "
+        f"server CPU {result['http_server_cpu_ms_per_batch_median']:.1f} ms per batch)"
     )
     print(
-        f"[{args.db}] raw load {copy_rate:,.0f} samples/s (rows prebuilt), "
+        f"[{args.db}] raw bulk load {load_rate:,.0f} samples/s (rows prebuilt), "
         f"{full_rate:,.0f} samples/s (packing included)"
     )
     print(
-        f"[{args.db}] ratio HTTP/raw: {http_rate / copy_rate:.2f} (vs load only), "
-        f"{http_rate / full_rate:.2f} (vs pack+load); goal >= 0.5"
+        f"[{args.db}] ratio HTTP/raw, median of {args.rounds} paired rounds: "
+        f"{result['ratio_http_vs_raw_pack_and_load']:.2f} (vs pack+load), "
+        f"{result['ratio_http_vs_raw_load']:.2f} (vs load only); goal >= 0.5"
     )
     print(
-        f"[{args.db}] bytes/sample incl. indexes: {ingested / http_samples:.2f} as ingested, "
-        f"{compacted / http_samples:.2f} after compaction (goal <= 16); "
-        f"compaction {http_samples / compact_s:,.0f} samples/s"
+        f"[{args.db}] bytes/sample incl. indexes: {ingested / samples:.2f} as ingested, "
+        f"{compacted / samples:.2f} after compaction (goal <= 16); "
+        f"compaction {samples / compact_s:,.0f} samples/s"
     )
     busy = h.median([r["cores_busy"] for r in http_rounds])
     print(
-        f"[{args.db}] per CPU-second of server + client + database processes: HTTP "
-        f"{http_per_cpu:,.0f}, raw {raw_per_cpu:,.0f} samples, "
-        f"ratio {http_per_cpu / raw_per_cpu:.2f};"
-        f" HTTP kept {busy:.2f} of {os.cpu_count()} cores busy (load avg {os.getloadavg()[0]:.1f})"
+        f"[{args.db}] per CPU-second of server + client + database processes: HTTP/raw "
+        f"{result['ratio_http_vs_raw_per_cpu_second']:.2f}; HTTP kept {busy:.2f} of "
+        f"{os.cpu_count()} cores busy (load avg {os.getloadavg()[0]:.1f})"
     )
+    orm_rate = row_per_sample["orm_samples_per_s"]
     print(
         f"[{args.db}] a row per sample instead: raw load {row_rate:,.0f} samples/s, "
-        f"{row_bytes:.0f} bytes/sample; HTTP/that {http_rate / row_rate:.2f}"
+        f"{row_bytes:.0f} bytes/sample (HTTP/that {http_rate / row_rate:.2f}); one ORM object "
+        f"per sample, bulk_create: {orm_rate:,.0f} samples/s (HTTP/that {http_rate / orm_rate:.1f})"
     )
     print(f"[{args.db}] wrote {path}")
 
@@ -184,78 +204,24 @@ def http_round(
 
 
 def raw_round(db: h.Database, args: argparse.Namespace, round_no: int) -> dict[str, Any]:
-    from django.db import connection, transaction
+    from django.db import transaction
 
-    from perfweb.projects.models import Project
-    from perfweb.runs.models import Run
-    from perfweb.series.models import Series
-    from perfweb.series.services import series_ids
+    from perfweb.series.services import chunks_insert, chunks_prepare
 
-    agents = [
-        AgentStream(hz=args.hz, batch_seconds=args.batch_seconds, seed=round_no * 1000 + i)
-        for i in range(args.agents)
-    ]
-    bodies = [[a.next_batch()[0] for _ in range(args.batches)] for a in agents]
-    project = Project.objects.get(name="bench")
-    pieces = []  # (series_id, t, v) exactly as the endpoint would store them
-    for agent, batches in zip(agents, bodies, strict=True):
-        run = Run.objects.create(
-            project=project,
-            run_id=f"raw{agent.run_id}"[:64],
-            started_at=_now(),
-            last_seen_at=_now(),
-        )
-        keys = {(m["device"], m["name"]) for m in batches[0]["metrics"]}
-        keys |= {("rank:0", "step.duration"), ("rank:0", "step.data_wait")}
-        ids = series_ids(run=run, keys=keys)
-        for body in batches:
-            for m in body["metrics"]:
-                pieces.append(
-                    (
-                        ids[m["device"], m["name"]],
-                        np.asarray(m["t"], np.float64),
-                        np.asarray(m["v"], np.float64),
-                    )
-                )
-            steps = body["steps"]
-            for name, values in (
-                ("step.duration", steps["duration"]),
-                ("step.data_wait", steps["data_wait"]),
-            ):
-                pieces.append((ids["rank:0", name], steps["t"], values))
-    samples = sum(len(t) for _, t, _ in pieces)
+    work = [(ids, samples_of(body)) for ids, body in raw_batches(args, round_no)]
+    samples = sum(len(s.t) for _, batch in work for s in batch)
     cpu_before = time.process_time(), db.database_cpu_s()
     began = time.perf_counter()
-    rows = [chunk_row(series_id, t, v) for series_id, t, v in pieces]
+    rows = [
+        (ids[c.device, c.name], *c.columns)
+        for ids, batch in work
+        for c in chunks_prepare(samples=batch)
+    ]
     packed = time.perf_counter()
-    columns = (
-        "series_id",
-        "t_min",
-        "t_max",
-        "count",
-        "v_sum",
-        "v_min",
-        "v_max",
-        "t_at_min",
-        "t_at_max",
-        "data",
-        "rollup_fine",
-        "rollup_coarse",
-    )
-    with transaction.atomic(), connection.cursor() as cursor:
-        if db.kind == "postgresql":
-            with cursor.cursor.copy(f"COPY series_chunk ({', '.join(columns)}) FROM STDIN") as copy:
-                for row in rows:
-                    copy.write_row(row)
-        else:
-            cursor.executemany(
-                f"INSERT INTO series_chunk ({', '.join(columns)}) VALUES "
-                f"({', '.join('%s' for _ in columns)})",
-                rows,
-            )
+    with transaction.atomic():
+        chunks_insert(rows=rows)
     loaded = time.perf_counter()
     cpu = time.process_time() - cpu_before[0] + db.database_cpu_s() - cpu_before[1]
-    assert Series.objects.filter(run__run_id__startswith="raw").exists()
     return {
         "round": round_no,
         "samples": samples,
@@ -265,16 +231,55 @@ def raw_round(db: h.Database, args: argparse.Namespace, round_no: int) -> dict[s
         "load_samples_per_s": samples / (loaded - packed),
         "pack_and_load_samples_per_s": samples / (loaded - began),
         "samples_per_cpu_s": samples / cpu,
-        "row_per_sample": row_per_sample_load(db, pieces),
     }
+
+
+def raw_batches(
+    args: argparse.Namespace, round_no: int
+) -> list[tuple[dict[tuple[str, str], int], dict[str, Any]]]:
+    """The round's batch bodies for the raw load, each with its run's series ids (a run per
+    agent, its series created up front as the endpoint's first batch would)."""
+    from perfweb.projects.models import Project
+    from perfweb.runs.models import Run
+    from perfweb.series.services import series_ids
+
+    project = Project.objects.get(name="bench")
+    out = []
+    for i in range(args.agents):
+        agent = AgentStream(hz=args.hz, batch_seconds=args.batch_seconds, seed=round_no * 1000 + i)
+        run = Run.objects.create(
+            project=project,
+            run_id=f"raw{agent.run_id}"[:64],
+            started_at=_now(),
+            last_seen_at=_now(),
+        )
+        bodies = [agent.next_batch()[0] for _ in range(args.batches)]
+        ids = series_ids(run=run, keys={(s.device, s.name) for s in samples_of(bodies[0])})
+        out += [(ids, body) for body in bodies]
+    return out
+
+
+def samples_of(body: dict[str, Any]) -> list[Any]:
+    """A batch body's series as the endpoint's parser hands them on (float64 arrays)."""
+    from perfweb.series.services import Samples
+
+    def array(values: Any) -> np.ndarray:
+        return np.asarray(values, dtype=np.float64)
+
+    steps = body["steps"]
+    return [
+        *(Samples(m["device"], m["name"], array(m["t"]), array(m["v"])) for m in body["metrics"]),
+        Samples("rank:0", "step.duration", array(steps["t"]), array(steps["duration"])),
+        Samples("rank:0", "step.data_wait", array(steps["t"]), array(steps["data_wait"])),
+    ]
 
 
 ROW_TABLE = "bench_sample_row"
 
 
-def row_per_sample_load(db: h.Database, pieces: list[Any]) -> dict[str, Any]:
+def row_per_sample_load(db: h.Database, args: argparse.Namespace) -> dict[str, Any]:
     """The conventional layout for comparison: one row per sample (series, t, v) with an
-    index on (series, t), the same samples bulk-loaded the same way."""
+    index on (series, t), a round's worth of samples bulk-loaded the same way."""
     from django.db import connection, transaction
 
     with connection.cursor() as cursor:
@@ -284,12 +289,17 @@ def row_per_sample_load(db: h.Database, pieces: list[Any]) -> dict[str, Any]:
             " series_id bigint NOT NULL, t double precision NOT NULL, v double precision NOT NULL)"
         )
         cursor.execute(f"CREATE INDEX IF NOT EXISTS {ROW_TABLE}_st ON {ROW_TABLE} (series_id, t)")
+    pieces = [
+        (ids[s.device, s.name], s.t, s.v)
+        for ids, body in raw_batches(args, args.rounds)
+        for s in samples_of(body)
+    ]
     samples = sum(len(t) for _, t, _ in pieces)
     began = time.perf_counter()
     rows = [
         (series_id, ti, vi)
         for series_id, t, v in pieces
-        for ti, vi in zip(np.asarray(t).tolist(), np.asarray(v).tolist(), strict=True)
+        for ti, vi in zip(t.tolist(), v.tolist(), strict=True)
     ]
     with transaction.atomic(), connection.cursor() as cursor:
         if db.kind == "postgresql":
@@ -304,35 +314,47 @@ def row_per_sample_load(db: h.Database, pieces: list[Any]) -> dict[str, Any]:
             )
     wall = time.perf_counter() - began
     db.vacuum_analyze((ROW_TABLE,))
-    with connection.cursor() as cursor:
-        cursor.execute(f"SELECT count(*) FROM {ROW_TABLE}")
-        total = cursor.fetchone()[0]
+    stored = db.storage_bytes((ROW_TABLE,))
     return {
         "samples_per_s": samples / wall,
-        "bytes_per_sample": db.storage_bytes((ROW_TABLE,)) / total,
+        "bytes_per_sample": stored / samples,
+        "orm_samples_per_s": orm_per_sample_load(pieces[: len(pieces) // 4]),
     }
 
 
-def chunk_row(series_id: int, t: np.ndarray, v: np.ndarray) -> tuple[Any, ...]:
-    from perfweb.series import codec
+def orm_per_sample_load(pieces: list[tuple[int, np.ndarray, np.ndarray]]) -> float:
+    """Samples/s of one ORM object per sample into the row table, saved with bulk_create in
+    one transaction (the ORM's fastest way)."""
+    from django.db import models, transaction
 
-    order = np.argsort(t, kind="stable")
-    t, v = t[order], v[order]
-    at_min, at_max = int(v.argmin()), int(v.argmax())
-    return (
-        series_id,
-        float(t[0]),
-        float(t[-1]),
-        len(t),
-        float(v.sum()),
-        float(v[at_min]),
-        float(v[at_max]),
-        float(t[at_min]),
-        float(t[at_max]),
-        codec.encode_plain(t=t, v=v),
-        None,
-        None,
-    )
+    class SampleRow(models.Model):
+        series_id = models.BigIntegerField()
+        t = models.FloatField()
+        v = models.FloatField()
+
+        class Meta:
+            app_label = "series"
+            db_table = ROW_TABLE
+            managed = False
+
+    samples = sum(len(t) for _, t, _ in pieces)
+    began = time.perf_counter()
+    objects = [
+        SampleRow(series_id=series_id, t=ti, v=vi)
+        for series_id, t, v in pieces
+        for ti, vi in zip(t.tolist(), v.tolist(), strict=True)
+    ]
+    with transaction.atomic():
+        SampleRow.objects.bulk_create(objects, batch_size=5000)
+    return samples / (time.perf_counter() - began)
+
+
+def _stored_samples() -> int:
+    from django.db.models import Sum
+
+    from perfweb.series.models import Chunk
+
+    return int(Chunk.objects.aggregate(total=Sum("count"))["total"] or 0)
 
 
 def compact_all() -> float:

@@ -160,8 +160,9 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def server(db: Database, *, workers: int) -> Iterator[tuple[str, int]]:
-    """gunicorn on 127.0.0.1 with `workers` sync workers; yields (host, port)."""
+def server(db: Database, *, workers: int, threads: int = 1) -> Iterator[tuple[str, int]]:
+    """gunicorn on 127.0.0.1 with `workers` workers, sync ones or, with `threads` > 1,
+    threaded ones as the Procfile runs; yields (host, port)."""
     port = free_port()
     log = (db.data_dir / "gunicorn.log").open("ab")
     process = subprocess.Popen(
@@ -174,6 +175,8 @@ def server(db: Database, *, workers: int) -> Iterator[tuple[str, int]]:
             f"127.0.0.1:{port}",
             "-w",
             str(workers),
+            "--threads",
+            str(threads),
             "--timeout",
             "120",
             "--log-level",
