@@ -35,7 +35,7 @@ _GPU_KINDS = {
 }
 _HOST_CATS = frozenset({"cuda_runtime", "cuda_driver", "Runtime", "Driver"})
 _CPU_CATS = {"cpu_op": CPU_OP, "Operator": CPU_OP, "user_annotation": CPU_ANNOTATION}
-_ABSOLUTE_TS = 1e10  # after a prefix cut, larger timestamps are the ones the cut missed
+_ABSOLUTE_TS = 1e11  # after a prefix cut, larger timestamps (12+ digits) are ones it missed
 
 
 def _stream_of(value: Any) -> int:

@@ -29,7 +29,7 @@ from recommender.trace.schema import DOCUMENT_DECODER, EVENT_DECODER
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 _FRACTIONAL_TS = re.compile(rb'"ts":( ?)(\d{12,})\.\d')
-_KEEP_DIGITS = 10  # digits kept after the cut: < 1e10 µs, float64-exact to ~1e-6 µs
+_KEEP_DIGITS = 10  # digits kept after the cut, behind a 1: [1e10, 2e10) µs, exact to 2e-6 µs
 _SNIFF_BYTES = 4 * 1024 * 1024
 _READ_CHUNK = 256 * 1024  # compressed bytes per inflate call
 _REPLACE_WINDOW = 32 * 1024 * 1024  # bytes rewritten at a time by the timestamp cut
@@ -83,14 +83,16 @@ def _gunzip(handle: BinaryIO, path: Path) -> bytearray:
 
 
 def _cut_timestamp_prefix(data: bytearray) -> tuple[float, bool]:
-    """Remove the shared leading digits of fractional timestamps, in place: (base_us, cut)."""
+    """Replace the shared leading digits of fractional timestamps by a 1, in place:
+    (base_us, cut). The 1 keeps every shortened number valid JSON when its first kept digit
+    is a 0, and the numbers below the 12 digits a cut needs."""
     match = _FRACTIONAL_TS.search(data, 0, _SNIFF_BYTES)
     if match is None:
         return 0.0, False
     digits = match.group(2)
     prefix = bytes(digits[: len(digits) - _KEEP_DIGITS])
-    base_us = float(int(prefix) * 10**_KEEP_DIGITS)
-    _replace_in_place(data, [(b'"ts": ' + prefix, b'"ts": '), (b'"ts":' + prefix, b'"ts":')])
+    base_us = float((int(prefix) - 1) * 10**_KEEP_DIGITS)
+    _replace_in_place(data, [(b'"ts": ' + prefix, b'"ts": 1'), (b'"ts":' + prefix, b'"ts":1')])
     return base_us, True
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -88,8 +89,36 @@ def test_it_keeps_nanosecond_digits_of_large_timestamps(tmp_path: Path) -> None:
     trace = load_trace(path)
     assert trace.fractional_timestamps
     step = trace.steps[0].ts
-    assert trace.gpu.ts[0] - step == pytest.approx(9.048, abs=1e-6)
-    assert trace.host.ts[0] - step == pytest.approx(0.002, abs=1e-6)
+    assert trace.gpu.ts[0] - step == pytest.approx(9.048, abs=1e-5)  # 1 ns = 1e-3 µs
+    assert trace.host.ts[0] - step == pytest.approx(0.002, abs=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("first", "exact_to"),
+    [
+        ("5190772014102.334", 1e-5),  # the digits kept after the cut start with 0
+        ("5191062234668.770", 1e-5),
+        ("1712190000000000.001", 1e-5),  # and with nothing but 0s
+        # The later events cross to the next prefix: not cut, they keep float64's precision
+        # at 5e12 µs, 1 ns, which is HTA's.
+        ("5189999999999.999", 1e-3),
+    ],
+)
+def test_it_reads_timestamps_whatever_digits_follow_the_cut(
+    tmp_path: Path, first: str, exact_to: float
+) -> None:
+    start = Decimal(first)
+    text = json.dumps({"traceEvents": EVENTS[:4]})
+    for relative, offset in (("100", "0.000"), ("101", "1.002"), ("110", "10.5"), ("131", "31.25")):
+        text = text.replace(f'"ts": {relative},', f'"ts": {start + Decimal(offset)},')
+    path = tmp_path / "cut.json"
+    path.write_text(text)
+    trace = load_trace(path)
+    assert trace.fractional_timestamps
+    step = trace.steps[0].ts
+    assert trace.base_us + trace.origin_us + step == pytest.approx(float(start), abs=1e-3)
+    assert trace.host.ts[0] - step == pytest.approx(1.002, abs=exact_to)
+    assert list(trace.gpu.ts - step) == pytest.approx([10.5, 31.25], abs=exact_to)
 
 
 def test_it_refuses_an_empty_directory(tmp_path: Path) -> None:
@@ -105,7 +134,7 @@ def test_the_in_place_timestamp_cut_equals_a_plain_replace(monkeypatch: pytest.M
         for i in range(300)
     ]
     text = json.dumps({"traceEvents": events}).encode()
-    pairs = [(b'"ts": 171219', b'"ts": '), (b'"ts":171219', b'"ts":')]
+    pairs = [(b'"ts": 171219', b'"ts": 1'), (b'"ts":171219', b'"ts":1')]
     expected = text
     for old, new in pairs:
         expected = expected.replace(old, new)
