@@ -26,6 +26,7 @@ once with one `np.frombuffer` over the joined blobs.
 from __future__ import annotations
 
 import zlib
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -33,7 +34,7 @@ CHUNK_SAMPLES = 8192  # samples per compacted chunk
 FINE_BUCKET = 64  # rollup_fine: min and max of every 64 samples
 COARSE_BUCKET = 1024  # rollup_coarse: of every 1024
 ROLLUP_MIN_SAMPLES = 4 * FINE_BUCKET  # the fewest samples any rollup is made of (see rollup)
-PLAIN = 0  # ingest's format: the float64s as they are (cheapest to write)
+PLAIN = 0  # ingest's format: nearly as they are (cheapest to write)
 PACKED = 1  # compaction's format: transformed as above, then compressed hard
 SINGLE = 1  # a flag in PLAIN's second byte: the values are float32 (exactly)
 OFFSETS = 2  # a flag in PLAIN's second byte: the times are a base and uint32 offsets
@@ -44,16 +45,56 @@ MAX_DECIMALS = 6
 
 def encode_plain(*, t: np.ndarray, v: np.ndarray) -> bytes:
     """Sorted float64 arrays of equal length, as a batch's small chunk (see above)."""
-    with np.errstate(over="ignore"):  # too big for float32: inf, then not exact
-        v32 = v.astype("<f4")
-    single = bool(exact_as_float32(v, v32).all())
-    values = v32.tobytes() if single else v.astype("<f8").tobytes()
-    bits = t.astype("<f8").view("<i8")
-    offsets = bits - bits[:1]
-    if len(t) and bits[0] >= 0 and offsets.min() >= 0 and offsets.max() < MAX_OFFSET:
-        times = bits[:1].tobytes() + offsets.astype("<u4").tobytes()
-        return plain(times, values, single=single, offsets=True)
-    return plain(bits.tobytes(), values, single=single)
+    if not len(t):
+        return plain(b"", b"", single=True)
+    whole = PlainBatch.of(t=t, v=v, starts=np.array([0]), lengths=np.array([len(t)]))
+    return whole.encode(0, 0, len(t))
+
+
+@dataclass(frozen=True)
+class PlainBatch:
+    """encode_plain of many series at once: worked out over their concatenated samples (each
+    series sorted, starting at `starts` with `lengths` samples) and sliced per series. A
+    batch has ~100 short series, and numpy's per-call cost would otherwise exceed the work."""
+
+    t_bytes: bytes
+    bases: bytes  # each series' first time, as float64 bits
+    offsets: bytes  # every time's bits minus its series' first, as uint32
+    compact: list[bool]  # per series: do its offsets fit?
+    v_bytes: bytes
+    v32_bytes: bytes
+    single: list[bool]  # per series: are its values float32, exactly?
+
+    @classmethod
+    def of(
+        cls, *, t: np.ndarray, v: np.ndarray, starts: np.ndarray, lengths: np.ndarray
+    ) -> PlainBatch:
+        bits = t.astype("<f8").view("<i8")
+        bases = bits[starts]
+        offsets = bits - np.repeat(bases, lengths)
+        fits = (offsets >= 0) & (offsets < MAX_OFFSET)
+        compact = np.logical_and.reduceat(fits, starts) & (bases >= 0)
+        with np.errstate(over="ignore"):  # too big for float32: inf, then not exact
+            v32 = v.astype("<f4")
+        return cls(
+            t_bytes=bits.tobytes(),
+            bases=bases.tobytes(),
+            offsets=offsets.astype("<u4").tobytes(),
+            compact=compact.tolist(),
+            v_bytes=v.astype("<f8").tobytes(),
+            v32_bytes=v32.tobytes(),
+            single=np.logical_and.reduceat(exact_as_float32(v, v32), starts).tolist(),
+        )
+
+    def encode(self, i: int, a: int, b: int) -> bytes:
+        """encode_plain of series i, which is samples a:b."""
+        single, compact = self.single[i], self.compact[i]
+        values = self.v32_bytes[4 * a : 4 * b] if single else self.v_bytes[8 * a : 8 * b]
+        if compact:
+            times = self.bases[8 * i : 8 * i + 8] + self.offsets[4 * a : 4 * b]
+        else:
+            times = self.t_bytes[8 * a : 8 * b]
+        return plain(times, values, single=single, offsets=compact)
 
 
 def exact_as_float32(v: np.ndarray, v32: np.ndarray) -> np.ndarray:

@@ -64,61 +64,16 @@ def chunks_prepare(*, samples: Iterable[Samples]) -> list[PreparedChunk]:
     firsts, lasts, totals = t[starts].tolist(), t[ends - 1].tolist(), sums.tolist()
     lows, highs = v[at_min].tolist(), v[at_max].tolist()
     low_times, high_times = t[at_min].tolist(), t[at_max].tolist()
-    batch = _PlainBatch.of(t=t, v=v, starts=starts, lengths=lengths)
+    batch = codec.PlainBatch.of(t=t, v=v, starts=starts, lengths=lengths)
     prepared = []
     for i, (s, a, b) in enumerate(zip(series, starts.tolist(), ends.tolist(), strict=True)):
         columns = (
             firsts[i], lasts[i], b - a, totals[i], lows[i], highs[i], low_times[i],
-            high_times[i], batch.plain(i, a, b),
+            high_times[i], batch.encode(i, a, b),
             *(_rollups(t[a:b], v[a:b]) if b - a >= codec.ROLLUP_MIN_SAMPLES else NO_ROLLUPS),
         )  # fmt: skip
         prepared.append(PreparedChunk(device=s.device, name=s.name, columns=columns))
     return prepared
-
-
-@dataclass(frozen=True)
-class _PlainBatch:
-    """codec.encode_plain of every series of a batch, worked out for the whole batch at once
-    and sliced per series."""
-
-    t_bytes: bytes
-    bases: bytes  # each series' first time, as float64 bits
-    offsets: bytes  # every time's bits minus its series' first, as uint32
-    compact: list[bool]  # per series: do its offsets fit (see codec)?
-    v_bytes: bytes
-    v32_bytes: bytes
-    single: list[bool]  # per series: are its values float32, exactly?
-
-    @classmethod
-    def of(
-        cls, *, t: np.ndarray, v: np.ndarray, starts: np.ndarray, lengths: np.ndarray
-    ) -> _PlainBatch:
-        bits = t.astype("<f8").view("<i8")
-        bases = bits[starts]
-        offsets = bits - np.repeat(bases, lengths)
-        fits = (offsets >= 0) & (offsets < codec.MAX_OFFSET)
-        compact = np.logical_and.reduceat(fits, starts) & (bases >= 0)
-        with np.errstate(over="ignore"):  # too big for float32: inf, then not exact
-            v32 = v.astype("<f4")
-        return cls(
-            t_bytes=bits.tobytes(),
-            bases=bases.tobytes(),
-            offsets=offsets.astype("<u4").tobytes(),
-            compact=compact.tolist(),
-            v_bytes=v.astype("<f8").tobytes(),
-            v32_bytes=v32.tobytes(),
-            single=np.logical_and.reduceat(codec.exact_as_float32(v, v32), starts).tolist(),
-        )
-
-    def plain(self, i: int, a: int, b: int) -> bytes:
-        """The data of series i, samples a:b of the batch."""
-        single, compact = self.single[i], self.compact[i]
-        values = self.v32_bytes[4 * a : 4 * b] if single else self.v_bytes[8 * a : 8 * b]
-        if compact:
-            times = self.bases[8 * i : 8 * i + 8] + self.offsets[4 * a : 4 * b]
-        else:
-            times = self.t_bytes[8 * a : 8 * b]
-        return codec.plain(times, values, single=single, offsets=compact)
 
 
 NO_ROLLUPS = (None, None)
