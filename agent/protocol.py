@@ -6,8 +6,12 @@ It must stay dependency-free: it is loaded inside the user's training process.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import re
-from collections.abc import Mapping
+import sys
+from array import array
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 API_PREFIX = "/api/v1"
@@ -62,6 +66,35 @@ METRICS: dict[str, str] = {
     "step.duration": "s",
     "step.data_wait": "s",
 }
+
+# Features a server lists in its answer to `start`; an agent uses one only once listed, so a
+# newer agent still talks to an older server.
+FEATURE_PACKED_ARRAYS = "packed-arrays"
+
+
+def pack_floats(values: Iterable[float]) -> str:
+    """A batch array in its packed form: the standard base64 of the values as little-endian
+    float64 (docs/protocol.md). Exact for every float, and for integers up to 2**53."""
+    packed = array("d", values)
+    if sys.byteorder != "little":
+        packed.byteswap()
+    return base64.b64encode(packed.tobytes()).decode("ascii")
+
+
+def unpack_floats(text: str) -> list[float]:
+    """The values of a packed array; ValueError when `text` is not one."""
+    try:
+        data = base64.b64decode(text, validate=True)
+    except binascii.Error as error:
+        raise ValueError(f"not base64: {error}") from None
+    if len(data) % 8:
+        raise ValueError(f"{len(data)} bytes is not a whole number of float64 values")
+    values = array("d")
+    values.frombytes(data)
+    if sys.byteorder != "little":
+        values.byteswap()
+    return values.tolist()
+
 
 STEP_DURATION = "step.duration"
 STEP_DATA_WAIT = "step.data_wait"

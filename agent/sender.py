@@ -55,6 +55,7 @@ class Sender:
         self._clock = clock
         self._wall = wall
         self._seq = 0
+        self._packed = False  # send arrays packed: the server said it reads them (start's reply)
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -184,6 +185,8 @@ class Sender:
         if steps:
             body["steps"] = steps
             count += len(steps["index"])
+        if self._packed:
+            _pack_arrays(body)
         self.outbox.put(Envelope(layout.KIND_BATCH, transport.encode(body), self._seq, count))
         self._seq += 1
 
@@ -221,6 +224,11 @@ class Sender:
             envelope.gz,
             self.settings.http_timeout,
         )
+        if envelope.kind == layout.KIND_START and reply.ok:
+            features = reply.body.get("features") if isinstance(reply.body, dict) else None
+            self._packed = isinstance(features, list) and (
+                protocol.FEATURE_PACKED_ARRAYS in features
+            )
         return self._handle_reply(reply)
 
     def _handle_reply(self, reply: transport.Reply) -> bool:
@@ -321,3 +329,18 @@ class Sender:
                 folder,
                 self.settings.effective_spill_dir(),
             )
+
+
+STEP_ARRAYS = ("index", "t", "duration", "data_wait")
+
+
+def _pack_arrays(body: dict[str, Any]) -> None:
+    """The batch's arrays in their packed form (protocol.pack_floats): the server reads them
+    several times faster than JSON numbers, and gzip makes them no larger on the wire."""
+    for series in body["metrics"]:
+        series["t"] = protocol.pack_floats(series["t"])
+        series["v"] = protocol.pack_floats(series["v"])
+    steps = body.get("steps")
+    if steps:
+        for name in STEP_ARRAYS:
+            steps[name] = protocol.pack_floats(steps[name])

@@ -6,9 +6,10 @@ the bytes stored per sample.
 
 HTTP: gunicorn on 127.0.0.1, `--agents` concurrent clients (one run each) posting gzipped
 batches of 8 GPUs × 12 metrics at `--hz` for `--batch-seconds`, plus process metrics and
-steps. Raw: the same kind of batches, already as arrays, turned into chunk rows by the very
-code the endpoint uses (`chunks_prepare`) and loaded into the same table (same indexes) in
-one transaction by the endpoint's own bulk insert: binary COPY on PostgreSQL, executemany on
+steps, their arrays packed as the agent sends them (`--arrays plain`: JSON numbers). Raw:
+the same kind of batches, already as arrays, turned into chunk rows by the very code the
+endpoint uses (`chunks_prepare`) and loaded into the same table (same indexes) in one
+transaction by the endpoint's own bulk insert: binary COPY on PostgreSQL, executemany on
 SQLite. Raw is reported with the packing (pack + load) and without it (rows prebuilt, load
 only). Rounds alternate raw and HTTP, and each round's ratio compares the two halves of the
 same round (the machines are noisy); the ratios reported are the medians of those. Bytes: the
@@ -42,6 +43,13 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=4, help="gunicorn workers")
     parser.add_argument(
         "--threads", type=int, default=1, help="threads per worker (the Procfile runs 2 × 4)"
+    )
+    parser.add_argument(
+        "--arrays",
+        choices=["packed", "plain"],
+        default="packed",
+        help="the batches' arrays packed, as the agent sends them to this server, or plain "
+        "JSON numbers (docs/protocol.md)",
     )
     parser.add_argument("--hz", type=float, default=10.0)
     parser.add_argument("--batch-seconds", type=float, default=5.0)
@@ -105,6 +113,7 @@ def run(args: argparse.Namespace) -> None:
         "compaction_samples_per_s": samples / compact_s,
     }
     suffix = f"-{args.workers}x{args.threads}" if args.threads > 1 else ""
+    suffix += "-plain" if args.arrays == "plain" else ""
     path = h.write_result(f"ingest-{args.db}{suffix}", result)
     print(
         f"[{args.db}] HTTP ingest median {http_rate:,.0f} samples/s "
@@ -160,6 +169,8 @@ def http_round(
         )
         assert status == 200, status
         batches = [agent.next_batch() for _ in range(args.batches)]
+        if args.arrays == "packed":
+            batches = [(packed(body), samples) for body, samples in batches]
         plans.append([(h.gz(body), samples) for body, samples in batches])
     latencies: list[float] = []
     failures: list[int] = []
@@ -200,6 +211,21 @@ def http_round(
         "p50_latency_ms": 1000 * h.median(latencies),
         "p95_latency_ms": 1000 * h.percentile(latencies, 95),
         "bytes_on_wire_per_batch": int(np.mean([len(b) for plan in plans for b, _ in plan])),
+    }
+
+
+def packed(body: dict[str, Any]) -> dict[str, Any]:
+    """The batch with its arrays packed, as the agent's sender packs them."""
+    from agent.protocol import pack_floats
+
+    def pack(values: Any) -> str:
+        return pack_floats(np.asarray(values, dtype=np.float64).tolist())
+
+    steps = body["steps"]
+    return {
+        **body,
+        "metrics": [{**m, "t": pack(m["t"]), "v": pack(m["v"])} for m in body["metrics"]],
+        "steps": {**steps, **{k: pack(steps[k]) for k in ("index", "t", "duration", "data_wait")}},
     }
 
 

@@ -10,6 +10,7 @@ from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
+from agent import protocol
 from perfweb.api.auth import token_required
 from perfweb.api.http import BadRequest, error_response, json_response, parse_json, read_body
 from perfweb.projects.models import Project
@@ -25,6 +26,9 @@ from perfweb.runs.schemas import (
     parse_start,
 )
 from perfweb.runs.selectors import agent_commands
+
+# What this server reads beyond protocol v1's first form (docs/protocol.md, "Features").
+FEATURES = [protocol.FEATURE_PACKED_ARRAYS]
 
 
 def ingest_view(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
@@ -57,7 +61,12 @@ def _reply(target: Run, agent_id: str, **extra: Any) -> HttpResponse:
 def start(body: bytes, *, project: Project) -> HttpResponse:
     request = parse_start(parse_json(body))
     run = services.run_start(project=project, request=request)
-    return _reply(run, request.agent_id, run={"id": run.run_id, "url": f"/runs/{run.run_id}/"})
+    return _reply(
+        run,
+        request.agent_id,
+        run={"id": run.run_id, "url": f"/runs/{run.run_id}/"},
+        features=FEATURES,
+    )
 
 
 @ingest_view

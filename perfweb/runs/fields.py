@@ -3,6 +3,7 @@ the bad field by its path (`metrics[3].v[17] is not a number`)."""
 
 from __future__ import annotations
 
+import binascii
 import math
 import re
 from typing import Any
@@ -99,8 +100,10 @@ def flat_dict(body: dict[str, Any], key: str, *, path: str = "") -> dict[str, An
 
 
 def numbers(value: Any, path: str, *, integers: bool = False) -> np.ndarray:
-    """A JSON array of finite numbers as float64, checked at C speed; the first bad entry is
-    named only when there is one."""
+    """A JSON array of finite numbers, or its packed form (a string: see `packed`), as
+    float64, checked at C speed; the first bad entry is named only when there is one."""
+    if isinstance(value, str):
+        return _checked(packed(value, path), path, integers=integers)
     if not isinstance(value, list):
         raise Invalid(f"{path} is not an array")
     allowed = frozenset({int}) if integers else NUMBER_TYPES
@@ -111,9 +114,29 @@ def numbers(value: Any, path: str, *, integers: bool = False) -> np.ndarray:
         array = np.asarray(value, dtype=np.float64)
     except OverflowError:
         array = np.asarray([float("inf") if abs(x) > 1e308 else x for x in value], np.float64)
+    return _checked(array, path, integers=False)
+
+
+def packed(value: str, path: str) -> np.ndarray:
+    """A packed array's values: `value` is the standard base64 (with padding) of
+    little-endian float64s, as agent.protocol.pack_floats writes them."""
+    try:
+        data = binascii.a2b_base64(value, strict_mode=True)
+    except (binascii.Error, ValueError):
+        raise Invalid(f"{path} is neither an array nor base64 of float64 values") from None
+    if len(data) % 8:
+        raise Invalid(f"{path} holds {len(data)} bytes, not a whole number of float64 values")
+    return np.frombuffer(data, dtype="<f8")
+
+
+def _checked(array: np.ndarray, path: str, *, integers: bool) -> np.ndarray:
     finite = np.isfinite(array)
     if not finite.all():
         raise Invalid(f"{path}[{int(np.argmin(finite))}] is not a finite number")
+    if integers:
+        whole = array == np.floor(array)
+        if not whole.all():
+            raise Invalid(f"{path}[{int(np.argmin(whole))}] is not an integer")
     return array
 
 

@@ -131,8 +131,8 @@ def parse_batch(body: Any) -> BatchRequest:
 class _Series(msgspec.Struct, gc=False):
     device: str
     name: str
-    t: list[float]
-    v: list[float]
+    t: list[float] | bytes  # bytes: the packed form, decoded from base64 (fields.packed)
+    v: list[float] | bytes
 
 
 class _Batch(msgspec.Struct, gc=False):
@@ -157,8 +157,9 @@ _SMALL_FIELDS = tuple(name for name in _Batch.__struct_fields__ if name != "metr
 def parse_batch_json(raw: bytes) -> BatchRequest | None:
     """parse_batch of a JSON body, decoding the metrics' numbers straight into typed lists
     (msgspec checks their types in the same pass) and on into arrays: 0.7 ms instead of
-    1.6 ms for 8 GPUs × 12 metrics × 50 samples. None when the metrics are not well formed:
-    parse_batch then finds and names the first bad field."""
+    1.6 ms for 8 GPUs × 12 metrics × 50 samples, or 0.2 ms when the arrays come packed. None
+    when the metrics are not well formed: parse_batch then finds and names the first bad
+    field."""
     try:
         decoded = _BATCH_DECODER.decode(raw)
     except msgspec.DecodeError:  # not JSON, not an object, or a metric of the wrong type
@@ -265,21 +266,45 @@ def _typed_metrics(items: list[_Series]) -> list[Samples] | None:
         return None
     try:
         keys = [_series_key({"device": s.device, "name": s.name}, "") for s in items]
+        t, t_lengths = _column([s.t for s in items])
+        v, v_lengths = _column([s.v for s in items])
     except Invalid:
         return None
-    lengths = [len(s.t) for s in items]
-    if lengths != [len(s.v) for s in items]:
+    if t_lengths != v_lengths:
         return None
-    total = sum(lengths)
-    t = np.fromiter(chain.from_iterable(s.t for s in items), np.float64, total)
-    v = np.fromiter(chain.from_iterable(s.v for s in items), np.float64, total)
     if not (np.isfinite(v).all() and ((t >= 0) & (t < LATEST_TIME)).all()):
         return None
-    ends = accumulate(lengths)
+    ends = accumulate(t_lengths)
     return [
         Samples(device=device, name=name, t=t[end - n : end], v=v[end - n : end])
-        for (device, name), n, end in zip(keys, lengths, ends, strict=True)
+        for (device, name), n, end in zip(keys, t_lengths, ends, strict=True)
     ]
+
+
+def _column(arrays: list[list[float] | bytes]) -> tuple[np.ndarray, list[int]]:
+    """One array for the batch's arrays of one kind (`t` or `v`) end to end, and their
+    lengths. msgspec has already decoded packed ones from base64 (as strictly as
+    fields.packed: padding required, nothing outside the alphabet)."""
+    if all(type(a) is list for a in arrays):
+        lengths = [len(a) for a in arrays]
+        values = chain.from_iterable(arrays)
+        return np.fromiter(values, np.float64, sum(lengths)), lengths
+    blobs = [a for a in arrays if isinstance(a, bytes)]
+    if len(blobs) == len(arrays):
+        sizes = [len(blob) for blob in blobs]
+        if any(size % 8 for size in sizes):
+            raise Invalid("an array's bytes are not whole float64 values")
+        return np.frombuffer(b"".join(blobs), "<f8"), [size // 8 for size in sizes]
+    parts = [_array(a) for a in arrays]
+    return np.concatenate(parts), [len(p) for p in parts]
+
+
+def _array(values: list[float] | bytes) -> np.ndarray:
+    if isinstance(values, list):
+        return np.array(values, np.float64)
+    if len(values) % 8:
+        raise Invalid("an array's bytes are not whole float64 values")
+    return np.frombuffer(values, "<f8")
 
 
 def _series_numbers(item: dict[str, Any], i: int) -> tuple[np.ndarray, np.ndarray]:

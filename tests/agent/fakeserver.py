@@ -15,6 +15,8 @@ from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from agent import protocol
+
 TOKEN = "test-token"
 
 
@@ -29,6 +31,7 @@ class Store:
         self.heartbeats = 0
         self.trace_chunks: dict[tuple[str, str, str, int], dict[str, Any]] = {}
         self.duplicates = 0
+        self.packed_batches = 0  # batches whose arrays came packed (protocol.pack_floats)
         self.arrival: list[tuple[str, int]] = []  # (agent_id, seq) in order stored
         self.statuses: Counter[int] = Counter()
         self.request_times: list[tuple[float, int]] = []  # (time, status)
@@ -107,6 +110,7 @@ class FakeServer:
         self.retry_after = 1
         self.commands: list[dict[str, Any]] = []
         self.has_trace_endpoint = True
+        self.features = [protocol.FEATURE_PACKED_ARRAYS]  # what start's reply lists
         self._httpd: ThreadingHTTPServer | None = None
         self.port = 0
         self.up()
@@ -194,7 +198,10 @@ class _Handler(BaseHTTPRequestHandler):
         with store.lock:
             if path.endswith("/start"):
                 store.starts[body["agent_id"]] = body
+                reply["features"] = self.server_ref.features
             elif path.endswith("/batch"):
+                if _unpack(body):
+                    store.packed_batches += 1
                 key = (body["run_id"], body["agent_id"], int(body["seq"]))
                 reply["duplicate"] = key in store.batches
                 if key in store.batches:
@@ -210,3 +217,19 @@ class _Handler(BaseHTTPRequestHandler):
             elif path.endswith("/heartbeat"):
                 store.heartbeats += 1
         return reply
+
+
+def _unpack(batch: dict[str, Any]) -> bool:
+    """Turns a batch's packed arrays back into lists, as the real server reads them; True
+    when it had any."""
+    found = False
+    arrays = [(m, key) for m in batch.get("metrics", []) for key in ("t", "v")]
+    steps = batch.get("steps") or {}
+    arrays += [(steps, key) for key in ("index", "t", "duration", "data_wait") if key in steps]
+    for holder, key in arrays:
+        if isinstance(holder[key], str):
+            found = True
+            holder[key] = protocol.unpack_floats(holder[key])
+            if key == "index":
+                holder[key] = [int(i) for i in holder[key]]
+    return found

@@ -185,3 +185,36 @@ def test_it_heartbeats_when_idle_and_acts_on_commands(server: FakeServer, tmp_pa
 def test_unreachable_server_is_a_transient_reply_not_an_exception() -> None:
     reply = transport.post("http://127.0.0.1:9", "/x", None, transport.encode({}), 0.5)
     assert reply.status == 0 and reply.transient
+
+
+def test_it_packs_arrays_once_the_server_lists_the_feature(
+    server: FakeServer, tmp_path: Path
+) -> None:
+    sender, producer = make_sender(server, tmp_path)
+    sender.steps.add(7, time.time(), 0.5, 0.25)
+    run_for(sender, 0.4)
+    sender.close(finish_body(sender), 3.0)
+    assert_exactly_once(server, producer)  # unpacked to the same values, each once
+    assert server.store.packed_batches == len(server.store.batches) - unpacked_before_start(
+        server
+    )
+    assert server.store.packed_batches > 0
+    assert server.store.steps() == [7]
+
+
+def unpacked_before_start(server: FakeServer) -> int:
+    """Batches cut before start's reply came back go as plain arrays (at most the first)."""
+    count = len(server.store.batches) - server.store.packed_batches
+    assert count <= 1
+    return count
+
+
+def test_an_older_server_without_the_feature_gets_plain_arrays(
+    server: FakeServer, tmp_path: Path
+) -> None:
+    server.features = []
+    sender, producer = make_sender(server, tmp_path)
+    run_for(sender, 0.4)
+    sender.close(finish_body(sender), 3.0)
+    assert_exactly_once(server, producer)
+    assert server.store.batches and server.store.packed_batches == 0

@@ -10,6 +10,7 @@ import numpy as np
 import orjson
 import pytest
 
+from agent.protocol import pack_floats
 from perfweb.runs.fields import Invalid
 from perfweb.runs.schemas import BatchRequest, parse_batch, parse_batch_json
 
@@ -42,6 +43,29 @@ def test_it_reads_a_well_formed_batch_exactly_as_the_generic_parser() -> None:
     assert fast is not None
     assert as_plain(fast) == as_plain(slow(raw))
     assert fast.sample_count == 22 and fast.step_count == 2
+
+
+def test_packed_arrays_read_exactly_as_plain_ones_in_both_parsers() -> None:
+    plain = batch_body(n=7)
+    plain["metrics"][0]["v"][3] = -0.0
+    body = orjson.loads(orjson.dumps(plain))
+    for series in body["metrics"]:
+        series.update(t=pack_floats(series["t"]), v=pack_floats(series["v"]))
+    body["steps"].update({k: pack_floats(v) for k, v in body["steps"].items() if k != "rank"})
+    raw, expected = orjson.dumps(body), as_plain(slow(orjson.dumps(plain)))
+    fast = parse_batch_json(raw)
+    assert fast is not None
+    assert as_plain(fast) == as_plain(slow(raw)) == expected
+    assert np.signbit(fast.metrics[0].v[3])
+
+
+def test_a_batch_may_mix_packed_and_plain_arrays() -> None:
+    plain = batch_body(n=4)
+    body = orjson.loads(orjson.dumps(plain))
+    body["metrics"][0]["v"] = pack_floats(body["metrics"][0]["v"])
+    body["metrics"][1]["t"] = pack_floats(body["metrics"][1]["t"])
+    fast = parse_batch_json(orjson.dumps(body))
+    assert fast is not None and as_plain(fast) == as_plain(slow(orjson.dumps(plain)))
 
 
 def test_its_series_are_independent_arrays_of_the_right_slices() -> None:

@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 from typing import Any
 
 import pytest
 
+from agent import protocol
+from agent.protocol import pack_floats as packed
 from perfweb.projects.models import IngestToken
 from perfweb.projects.services import token_revoke
 from perfweb.runs.models import BatchReceipt, Device, Run, RunProcess
@@ -32,6 +35,7 @@ def test_it_registers_a_run_and_its_process_on_start(agent: Agent) -> None:
     assert response.json() == {
         "ok": True,
         "run": {"id": RUN_ID, "url": f"/runs/{RUN_ID}/"},
+        "features": ["packed-arrays"],
         "commands": [],
     }
     run = Run.objects.get(run_id=RUN_ID)
@@ -99,6 +103,26 @@ def test_it_keeps_values_and_times_exactly(started: Agent) -> None:
     [series] = series_read(run=Run.objects.get(), names=["gpu.power"])
     assert series.t.tolist() == sorted(times)
     assert series.v.tolist() == [97.0, 1e300, -3.25]
+
+
+def test_it_stores_packed_arrays_exactly_as_plain_ones(agent: Agent) -> None:
+    assert agent.start().json()["features"] == [protocol.FEATURE_PACKED_ARRAYS]
+    times = [T0 + 0.123456789, T0 + 1.000000001, T0 + 0.5]
+    values = [97.0, -0.0, 1e300]
+    plain = batch_body(metrics=[{"device": "gpu:0", "name": "gpu.power", "t": times, "v": values}])
+    body = json.loads(json.dumps(plain))
+    body["metrics"][0].update(t=packed(times), v=packed(values))
+    body["steps"].update({k: packed(body["steps"][k]) for k in ("index", "t", "duration")})
+    response = agent.post("batch", body, gzipped=True)
+    assert response.status_code == 200
+    assert response.json()["stored"] == {"samples": 3, "steps": 2}
+    run = Run.objects.get()
+    [power] = series_read(run=run, names=["gpu.power"])
+    assert power.t.tolist() == sorted(times)
+    assert [math.copysign(1, v) for v in power.v.tolist()] == [1, 1, -1]  # -0.0 kept
+    [duration] = series_read(run=run, names=["step.duration"])
+    assert duration.v.tolist() == plain["steps"]["duration"]
+    assert run.step_count == 2
 
 
 def test_it_accepts_a_gzipped_batch(started: Agent) -> None:
@@ -169,7 +193,14 @@ REJECTIONS = [
     (bad("metrics.0.t.2", "soon"), "metrics[0].t[2] is not a number"),
     (bad("metrics.0.t.2", -5.0), "metrics[0].t[2] is not a Unix time in seconds"),
     (bad("metrics.0.v", [1.0]), "metrics[0].v has 1 entries but metrics[0].t has 10"),
-    (bad("metrics.0.v", "many"), "metrics[0].v is not an array"),
+    (bad("metrics.0.v", 5), "metrics[0].v is not an array"),
+    (bad("metrics.0.v", "many!"), "metrics[0].v is neither an array nor base64 of float64"),
+    (bad("metrics.0.v", "many"), "metrics[0].v holds 3 bytes, not a whole number of float64"),
+    (bad("metrics.0.v", packed([1.0] * 9 + [math.inf])), "metrics[0].v[9] is not a finite"),
+    (bad("metrics.0.t", packed([T0, T0, -5.0] + [T0] * 7)), "metrics[0].t[2] is not a Unix time"),
+    (bad("metrics.0.v", packed([1.0])), "metrics[0].v has 1 entries but metrics[0].t has 10"),
+    (bad("steps.index", packed([0, 2.5])), "steps.index[1] is not an integer"),
+    (bad("steps.duration", packed([-0.1, 0.5])), "steps.duration[0] is negative"),
     (bad("metrics.0.device", "GPU 0"), "metrics[0].device does not match"),
     (bad("metrics.0.name", "9lives"), "metrics[0].name does not match"),
     (bad("metrics.0.name", DELETE), "metrics[0].name is missing"),
