@@ -13,6 +13,7 @@ import sys
 from array import array
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 API_PREFIX = "/api/v1"
 START_PATH = f"{API_PREFIX}/ingest/start"
@@ -79,6 +80,21 @@ def pack_floats(values: Iterable[float]) -> str:
     if sys.byteorder != "little":
         packed.byteswap()
     return base64.b64encode(packed.tobytes()).decode("ascii")
+
+
+STEP_ARRAYS = ("index", "t", "duration", "data_wait")  # the arrays of a batch's `steps`
+
+
+def pack_batch_arrays(body: dict[str, Any]) -> None:
+    """Packs every array of a batch body in place: each metric's `t` and `v`, and the
+    STEP_ARRAYS of its `steps`."""
+    for series in body["metrics"]:
+        series["t"] = pack_floats(series["t"])
+        series["v"] = pack_floats(series["v"])
+    steps = body.get("steps")
+    if steps:
+        for name in STEP_ARRAYS:
+            steps[name] = pack_floats(steps[name])
 
 
 def unpack_floats(text: str) -> list[float]:

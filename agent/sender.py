@@ -185,8 +185,8 @@ class Sender:
         if steps:
             body["steps"] = steps
             count += len(steps["index"])
-        if self._packed:
-            _pack_arrays(body)
+        if self._packed:  # read several times faster by the server, no larger gzipped
+            protocol.pack_batch_arrays(body)
         self.outbox.put(Envelope(layout.KIND_BATCH, transport.encode(body), self._seq, count))
         self._seq += 1
 
@@ -330,17 +330,3 @@ class Sender:
                 self.settings.effective_spill_dir(),
             )
 
-
-STEP_ARRAYS = ("index", "t", "duration", "data_wait")
-
-
-def _pack_arrays(body: dict[str, Any]) -> None:
-    """The batch's arrays in their packed form (protocol.pack_floats): the server reads them
-    several times faster than JSON numbers, and gzip makes them no larger on the wire."""
-    for series in body["metrics"]:
-        series["t"] = protocol.pack_floats(series["t"])
-        series["v"] = protocol.pack_floats(series["v"])
-    steps = body.get("steps")
-    if steps:
-        for name in STEP_ARRAYS:
-            steps[name] = protocol.pack_floats(steps[name])

@@ -28,6 +28,7 @@ import time
 from typing import Any
 
 import numpy as np
+import orjson
 import server_harness as h
 from workload import AgentStream
 
@@ -215,18 +216,12 @@ def http_round(
 
 
 def packed(body: dict[str, Any]) -> dict[str, Any]:
-    """The batch with its arrays packed, as the agent's sender packs them."""
-    from agent.protocol import pack_floats
+    """The batch with its arrays packed, as the agent's sender packs its lists."""
+    from agent.protocol import pack_batch_arrays
 
-    def pack(values: Any) -> str:
-        return pack_floats(np.asarray(values, dtype=np.float64).tolist())
-
-    steps = body["steps"]
-    return {
-        **body,
-        "metrics": [{**m, "t": pack(m["t"]), "v": pack(m["v"])} for m in body["metrics"]],
-        "steps": {**steps, **{k: pack(steps[k]) for k in ("index", "t", "duration", "data_wait")}},
-    }
+    lists = orjson.loads(orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY))
+    pack_batch_arrays(lists)
+    return lists
 
 
 def raw_round(db: h.Database, args: argparse.Namespace, round_no: int) -> dict[str, Any]:

@@ -124,6 +124,11 @@ def packed(value: str, path: str) -> np.ndarray:
         data = binascii.a2b_base64(value, strict_mode=True)
     except (binascii.Error, ValueError):
         raise Invalid(f"{path} is neither an array nor base64 of float64 values") from None
+    return float64s(data, path)
+
+
+def float64s(data: bytes, path: str) -> np.ndarray:
+    """Little-endian float64s from their bytes (a packed array, once out of base64)."""
     if len(data) % 8:
         raise Invalid(f"{path} holds {len(data)} bytes, not a whole number of float64 values")
     return np.frombuffer(data, dtype="<f8")

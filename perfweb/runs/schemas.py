@@ -14,6 +14,7 @@ from perfweb.runs.fields import (
     LATEST_TIME,
     Invalid,
     flat_dict,
+    float64s,
     integer,
     numbers,
     obj,
@@ -290,21 +291,13 @@ def _column(arrays: list[list[float] | bytes]) -> tuple[np.ndarray, list[int]]:
         values = chain.from_iterable(arrays)
         return np.fromiter(values, np.float64, sum(lengths)), lengths
     blobs = [a for a in arrays if isinstance(a, bytes)]
-    if len(blobs) == len(arrays):
+    if len(blobs) == len(arrays):  # all packed (the agent's way): one frombuffer for all
         sizes = [len(blob) for blob in blobs]
         if any(size % 8 for size in sizes):
             raise Invalid("an array's bytes are not whole float64 values")
-        return np.frombuffer(b"".join(blobs), "<f8"), [size // 8 for size in sizes]
-    parts = [_array(a) for a in arrays]
+        return float64s(b"".join(blobs), ""), [size // 8 for size in sizes]
+    parts = [np.array(a, np.float64) if isinstance(a, list) else float64s(a, "") for a in arrays]
     return np.concatenate(parts), [len(p) for p in parts]
-
-
-def _array(values: list[float] | bytes) -> np.ndarray:
-    if isinstance(values, list):
-        return np.array(values, np.float64)
-    if len(values) % 8:
-        raise Invalid("an array's bytes are not whole float64 values")
-    return np.frombuffer(values, "<f8")
 
 
 def _series_numbers(item: dict[str, Any], i: int) -> tuple[np.ndarray, np.ndarray]:

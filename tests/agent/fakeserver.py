@@ -225,7 +225,7 @@ def _unpack(batch: dict[str, Any]) -> bool:
     found = False
     arrays = [(m, key) for m in batch.get("metrics", []) for key in ("t", "v")]
     steps = batch.get("steps") or {}
-    arrays += [(steps, key) for key in ("index", "t", "duration", "data_wait") if key in steps]
+    arrays += [(steps, key) for key in protocol.STEP_ARRAYS if key in steps]
     for holder, key in arrays:
         if isinstance(holder[key], str):
             found = True
