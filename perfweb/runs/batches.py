@@ -1,9 +1,11 @@
 """The ingest hot path: one batch stored once, in one short transaction.
 
 Everything that needs no database (validation, packing the chunks) happens before the
-transaction opens; inside it, a handful of plain SQL statements that both SQLite and
-PostgreSQL understand (ON CONFLICT, RETURNING), because a batch arrives every few seconds
-from every rank of every run and the ORM's per-query cost would dominate.
+transaction opens. The run and its series' ids are one query; inside the transaction, the
+bookkeeping (receipt, process, run) is one statement on PostgreSQL, where every statement
+is a round trip to another process, and three on SQLite, which runs in ours; then the
+chunks go in by COPY or executemany. Plain SQL throughout: a batch arrives every few
+seconds from every rank of every run, and the ORM's per-query cost would dominate.
 """
 
 from __future__ import annotations
@@ -11,17 +13,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from django.db import connection, transaction
+from django.db.backends.utils import CursorWrapper
 from django.utils import timezone
 
 from perfweb.projects.models import Project
 from perfweb.runs.models import BatchReceipt, Run, RunProcess
 from perfweb.runs.schemas import BatchRequest
 from perfweb.runs.services import RunNotFound, devices_upsert, run_facts_merge
-from perfweb.series.services import chunk_rows, chunks_insert, chunks_prepare, series_known
+from perfweb.series.models import Series
+from perfweb.series.services import chunk_rows, chunks_insert, chunks_prepare
 
 RUNS = Run._meta.db_table
 RECEIPTS = BatchReceipt._meta.db_table
 PROCESSES = RunProcess._meta.db_table
+SERIES = Series._meta.db_table
 
 
 @dataclass(frozen=True)
@@ -34,57 +39,113 @@ class BatchResult:
 def batch_store(*, project: Project, request: BatchRequest) -> BatchResult:
     """Stores the batch once: its receipt and its data commit together or not at all."""
     chunks = chunks_prepare(samples=request.metrics + request.steps)
-    run = Run(
-        id=_run_pk(project=project, run_id=request.run_id), run_id=request.run_id, project=project
-    )
-    # Read before the write transaction: on SQLite every ingest request queues for the one
-    # write lock, so it is held for the writes only (new series are created under it).
-    known = series_known(run=run)
-    now = connection.ops.adapt_datetimefield_value(timezone.now())
-    with transaction.atomic(), connection.cursor() as cursor:
-        if connection.features.has_select_for_update:  # SQLite's IMMEDIATE begin locks all
-            cursor.execute(f"SELECT id FROM {RUNS} WHERE id = %s FOR UPDATE", [run.id])
-        cursor.execute(
-            f"INSERT INTO {RECEIPTS} (run_id, agent_id, seq, samples, received_at)"
-            " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (run_id, agent_id, seq) DO NOTHING",
-            [run.id, request.agent_id, request.seq, request.sample_count, now],
-        )
-        if cursor.rowcount != 1:
-            return BatchResult(duplicate=True, samples=0, steps=0)
-        chunks_insert(rows=chunk_rows(run=run, chunks=chunks, known=known))
-        steps = _process_seen(cursor, run=run, request=request, now=now)
-        cursor.execute(
-            f"UPDATE {RUNS} SET last_seen_at = %s,"
-            " step_count = CASE WHEN step_count > %s THEN step_count ELSE %s END,"
-            " status = CASE WHEN status = %s THEN %s ELSE status END WHERE id = %s",
-            [now, steps, steps, Run.LOST, Run.RUNNING, run.id],
-        )
-        if request.facts:
-            run_facts_merge(run_pk=run.id, facts=request.facts)
-        devices_upsert(run=run, devices=request.devices)
+    with connection.cursor() as cursor:
+        # Read before the write transaction: on SQLite every ingest request queues for the
+        # one write lock, so it is held for the writes only (new series are created under it).
+        run, known = _run_and_series(cursor, project=project, run_id=request.run_id)
+        now = connection.ops.adapt_datetimefield_value(timezone.now())
+        with transaction.atomic():
+            bookkeep = _bookkeep_postgresql if connection.vendor == "postgresql" else _bookkeep
+            if bookkeep(cursor, run=run, request=request, now=now) is None:
+                return BatchResult(duplicate=True, samples=0, steps=0)
+            chunks_insert(rows=chunk_rows(run=run, chunks=chunks, known=known), cursor=cursor)
+            if request.facts:
+                run_facts_merge(run_pk=run.id, facts=request.facts)
+            devices_upsert(run=run, devices=request.devices)
     return BatchResult(duplicate=False, samples=request.sample_count, steps=request.step_count)
 
 
-def _run_pk(*, project: Project, run_id: str) -> int:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT id FROM {RUNS} WHERE run_id = %s AND project_id = %s", [run_id, project.id]
-        )
-        row = cursor.fetchone()
-    if row is None:
+def _run_and_series(
+    cursor: CursorWrapper, *, project: Project, run_id: str
+) -> tuple[Run, dict[tuple[str, str], int]]:
+    """The run and its series' ids, in one query."""
+    cursor.execute(
+        f"SELECT r.id, s.device, s.name, s.id FROM {RUNS} r LEFT JOIN {SERIES} s"
+        " ON s.run_id = r.id WHERE r.run_id = %s AND r.project_id = %s",
+        [run_id, project.id],
+    )
+    rows = cursor.fetchall()
+    if not rows:
         raise RunNotFound(run_id)
-    return int(row[0])
+    run = Run(id=rows[0][0], run_id=run_id, project=project)
+    return run, {(device, name): pk for _, device, name, pk in rows if pk is not None}
 
 
-def _process_seen(cursor: object, *, run: Run, request: BatchRequest, now: object) -> int:
+def _bookkeep(cursor: CursorWrapper, *, run: Run, request: BatchRequest, now: object) -> int | None:
+    """The receipt, then the process's and the run's counters and last-seen times; returns
+    the process's step count so far, None for a batch already stored. On SQLite, whose
+    IMMEDIATE transactions hold the one write lock from their first statement."""
+    cursor.execute(
+        f"INSERT INTO {RECEIPTS} (run_id, agent_id, seq, samples, received_at)"
+        " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (run_id, agent_id, seq) DO NOTHING",
+        [run.id, request.agent_id, request.seq, request.sample_count, now],
+    )
+    if cursor.rowcount != 1:
+        return None
+    steps = _process_seen(cursor, run=run, request=request, now=now)
+    _run_seen(cursor, run=run, steps=steps, now=now)
+    return steps
+
+
+def _bookkeep_postgresql(
+    cursor: CursorWrapper, *, run: Run, request: BatchRequest, now: object
+) -> int | None:
+    """_bookkeep in one statement. The run's row is locked first, as heartbeat and finish
+    lock it before the process's row: a batch that took the process's row first could
+    deadlock with its own agent's finish."""
+    cursor.execute(
+        f"WITH locked AS (SELECT id FROM {RUNS} WHERE id = %(run)s FOR UPDATE),"
+        f" receipt AS (INSERT INTO {RECEIPTS} (run_id, agent_id, seq, samples, received_at)"
+        " SELECT id, %(agent)s, %(seq)s, %(samples)s, %(now)s FROM locked"
+        " ON CONFLICT (run_id, agent_id, seq) DO NOTHING RETURNING run_id),"
+        f" process AS (UPDATE {PROCESSES} SET last_seen_at = %(now)s,"
+        " step_count = step_count + %(steps)s, dropped = GREATEST(dropped, %(dropped)s)"
+        " WHERE run_id = (SELECT run_id FROM receipt) AND agent_id = %(agent)s"
+        " RETURNING step_count)"
+        f" UPDATE {RUNS} SET last_seen_at = %(now)s,"
+        " step_count = GREATEST(step_count, (SELECT step_count FROM process)),"
+        " status = CASE WHEN status = %(lost)s THEN %(running)s ELSE status END"
+        " WHERE id = (SELECT run_id FROM receipt) RETURNING (SELECT step_count FROM process)",
+        {
+            "run": run.id,
+            "agent": request.agent_id,
+            "seq": request.seq,
+            "samples": request.sample_count,
+            "now": now,
+            "steps": request.step_count,
+            "dropped": request.dropped,
+            "lost": Run.LOST,
+            "running": Run.RUNNING,
+        },
+    )
+    row = cursor.fetchone()
+    if row is None:
+        return None
+    if row[0] is not None:
+        return int(row[0])
+    steps = _process_seen(cursor, run=run, request=request, now=now)  # a process never started
+    _run_seen(cursor, run=run, steps=steps, now=now)
+    return steps
+
+
+def _run_seen(cursor: CursorWrapper, *, run: Run, steps: int, now: object) -> None:
+    cursor.execute(
+        f"UPDATE {RUNS} SET last_seen_at = %s,"
+        " step_count = CASE WHEN step_count > %s THEN step_count ELSE %s END,"
+        " status = CASE WHEN status = %s THEN %s ELSE status END WHERE id = %s",
+        [now, steps, steps, Run.LOST, Run.RUNNING, run.id],
+    )
+
+
+def _process_seen(cursor: CursorWrapper, *, run: Run, request: BatchRequest, now: object) -> int:
     """Marks the agent seen and adds its steps; returns its step count so far."""
-    cursor.execute(  # type: ignore[attr-defined]
+    cursor.execute(
         f"UPDATE {PROCESSES} SET last_seen_at = %s, step_count = step_count + %s,"
         " dropped = CASE WHEN dropped > %s THEN dropped ELSE %s END"
         " WHERE run_id = %s AND agent_id = %s RETURNING step_count",
         [now, request.step_count, request.dropped, request.dropped, run.id, request.agent_id],
     )
-    row = cursor.fetchone()  # type: ignore[attr-defined]
+    row = cursor.fetchone()
     if row is not None:
         return int(row[0])
     RunProcess.objects.create(  # an agent whose start we never saw

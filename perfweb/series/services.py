@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
 from django.db import connection, transaction
+from django.db.backends.utils import CursorWrapper
 
 from perfweb.runs.models import Run
 from perfweb.series import codec
@@ -116,14 +118,15 @@ def chunk_rows(
     return [(ids[c.device, c.name], *c.columns) for c in chunks]
 
 
-def chunks_insert(*, rows: list[tuple[object, ...]]) -> None:
+def chunks_insert(*, rows: list[tuple[object, ...]], cursor: CursorWrapper | None = None) -> None:
     """Rows of (series_id, *CHUNK_COLUMNS), without model instances: binary COPY on
-    PostgreSQL (a third of executemany's time), executemany on SQLite."""
+    PostgreSQL (a third of executemany's time), executemany on SQLite. On the caller's
+    cursor, if it has one."""
     if not rows:
         return
-    table = Chunk._meta.db_table
-    names = ", ".join(("series_id", *CHUNK_COLUMNS))
-    with connection.cursor() as cursor:
+    with contextlib.nullcontext(cursor) if cursor else connection.cursor() as cursor:
+        table = Chunk._meta.db_table
+        names = ", ".join(("series_id", *CHUNK_COLUMNS))
         if connection.vendor == "postgresql":
             with cursor.cursor.copy(f"COPY {table} ({names}) FROM STDIN (FORMAT BINARY)") as copy:
                 copy.set_types(COPY_TYPES)

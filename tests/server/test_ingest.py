@@ -155,6 +155,34 @@ def test_it_counts_steps_of_one_process_not_of_all_ranks(started: Agent, token: 
     assert Run.objects.get().step_count == 4
 
 
+def test_it_registers_an_agent_whose_start_it_never_saw(started: Agent, token: str) -> None:
+    other = Agent(token, agent_id="ffffffffffffffffffffffffffffffff")
+    started.batch()
+    steps = {"rank": 1, "index": [0, 1, 2], "t": [T0] * 3, "duration": [1.0] * 3,
+             "data_wait": [0.0] * 3}  # fmt: skip
+    assert other.batch(steps=steps, dropped=4).json()["duplicate"] is False
+    process = RunProcess.objects.get(agent_id=other.agent_id)
+    assert (process.role, process.step_count, process.dropped) == ("worker", 3, 4)
+    assert Run.objects.get().step_count == 3
+    assert other.batch(seq=0, steps=steps, dropped=4).json()["duplicate"] is True
+    assert RunProcess.objects.get(agent_id=other.agent_id).step_count == 3
+
+
+def test_it_keeps_the_most_an_agent_reported_dropped(started: Agent) -> None:
+    started.batch(dropped=5)
+    started.batch(dropped=2)  # counts only grow; an older one can arrive late
+    assert RunProcess.objects.get().dropped == 5
+
+
+def test_it_marks_the_run_and_the_process_seen(started: Agent) -> None:
+    Run.objects.update(last_seen_at=Run.objects.get().started_at)
+    RunProcess.objects.update(last_seen_at=RunProcess.objects.get().started_at)
+    started.batch()
+    run, process = Run.objects.get(), RunProcess.objects.get()
+    assert run.last_seen_at > run.started_at and process.last_seen_at > process.started_at
+    assert run.last_seen_at == process.last_seen_at
+
+
 def test_it_upserts_devices_sent_in_a_batch(started: Agent) -> None:
     devices = [{"key": "gpu:0", "kind": "gpu", "name": "H200"}, {"key": "gpu:1", "kind": "gpu"}]
     assert started.batch(devices=devices).status_code == 200

@@ -1,8 +1,9 @@
 """The ingest and model tests, again against the local PostgreSQL server.
 
 The suite's default database is SQLite; this runs the modules that talk to the database most
-(ingest, lifecycle, storage, read API) in a pytest subprocess with DATABASE_URL pointing at
-127.0.0.1:5432 (trust auth). Under CI=true a missing server fails; elsewhere it skips.
+(ingest, ingest under concurrency, lifecycle, storage, read API) in a pytest subprocess with
+DATABASE_URL pointing at 127.0.0.1:5432 (trust auth). Under CI=true a missing server fails;
+elsewhere it skips.
 """
 
 from __future__ import annotations
@@ -17,7 +18,13 @@ import pytest
 from .servers import POSTGRES_HOST, POSTGRES_PORT, require_postgres
 
 ROOT = Path(__file__).resolve().parents[2]
-MODULES = ["test_ingest.py", "test_lifecycle.py", "test_storage.py", "test_read_api.py"]
+MODULES = [
+    "test_ingest.py",
+    "test_ingest_concurrency.py",
+    "test_lifecycle.py",
+    "test_storage.py",
+    "test_read_api.py",
+]
 
 
 @pytest.mark.postgres
