@@ -77,10 +77,14 @@ def _bookkeep(cursor: CursorWrapper, *, run: Run, request: BatchRequest, now: ob
     IMMEDIATE transactions hold the one write lock from their first statement."""
     cursor.execute(
         f"INSERT INTO {RECEIPTS} (run_id, agent_id, seq, samples, received_at)"
-        " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (run_id, agent_id, seq) DO NOTHING",
-        [run.id, request.agent_id, request.seq, request.sample_count, now],
+        f" SELECT id, %s, %s, %s, %s FROM {RUNS} WHERE id = %s"
+        " ON CONFLICT (run_id, agent_id, seq) DO NOTHING",
+        [request.agent_id, request.seq, request.sample_count, now, run.id],
     )
     if cursor.rowcount != 1:
+        cursor.execute(f"SELECT 1 FROM {RUNS} WHERE id = %s", [run.id])
+        if cursor.fetchone() is None:  # gone since _run_and_series read it
+            raise RunNotFound(run.run_id)
         return None
     steps = _process_seen(cursor, run=run, request=request, now=now)
     _run_seen(cursor, run=run, steps=steps, now=now)
@@ -101,11 +105,13 @@ def _bookkeep_postgresql(
         f" process AS (UPDATE {PROCESSES} SET last_seen_at = %(now)s,"
         " step_count = step_count + %(steps)s, dropped = GREATEST(dropped, %(dropped)s)"
         " WHERE run_id = (SELECT run_id FROM receipt) AND agent_id = %(agent)s"
-        " RETURNING step_count)"
-        f" UPDATE {RUNS} SET last_seen_at = %(now)s,"
+        " RETURNING step_count),"
+        f" seen AS (UPDATE {RUNS} SET last_seen_at = %(now)s,"
         " step_count = GREATEST(step_count, (SELECT step_count FROM process)),"
         " status = CASE WHEN status = %(lost)s THEN %(running)s ELSE status END"
-        " WHERE id = (SELECT run_id FROM receipt) RETURNING (SELECT step_count FROM process)",
+        " WHERE id = (SELECT run_id FROM receipt))"
+        " SELECT EXISTS (SELECT FROM locked), EXISTS (SELECT FROM receipt),"
+        " (SELECT step_count FROM process)",
         {
             "run": run.id,
             "agent": request.agent_id,
@@ -118,14 +124,16 @@ def _bookkeep_postgresql(
             "running": Run.RUNNING,
         },
     )
-    row = cursor.fetchone()
-    if row is None:
+    found, stored, steps = cursor.fetchone()
+    if not found:  # gone since _run_and_series read it
+        raise RunNotFound(run.run_id)
+    if not stored:
         return None
-    if row[0] is not None:
-        return int(row[0])
+    if steps is not None:
+        return int(steps)
     steps = _process_seen(cursor, run=run, request=request, now=now)  # a process never started
     _run_seen(cursor, run=run, steps=steps, now=now)
-    return steps
+    return int(steps)
 
 
 def _run_seen(cursor: CursorWrapper, *, run: Run, steps: int, now: object) -> None:

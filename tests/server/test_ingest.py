@@ -375,6 +375,25 @@ def test_it_answers_404_when_another_project_writes_to_a_run(
     assert Chunk.objects.count() == 0 and Run.objects.get().status == "running"
 
 
+def test_it_answers_404_when_the_run_is_deleted_while_its_batch_arrives(
+    started: Agent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from perfweb.runs import batches
+
+    read = batches._run_and_series
+
+    def read_then_delete(*args: Any, **kwargs: Any) -> Any:
+        found = read(*args, **kwargs)
+        Run.objects.all().delete()
+        return found
+
+    monkeypatch.setattr(batches, "_run_and_series", read_then_delete)
+    response = started.batch()
+    assert response.status_code == 404
+    assert response.json() == {"error": f"run {RUN_ID} was not started in this project"}
+    assert BatchReceipt.objects.count() == 0 and Chunk.objects.count() == 0
+
+
 def test_it_only_accepts_post(agent: Agent) -> None:
     response = agent.client.get("/api/v1/ingest/batch", HTTP_AUTHORIZATION=f"Bearer {agent.token}")
     assert response.status_code == 405
