@@ -124,7 +124,7 @@ def chunks_insert(*, rows: list[tuple[object, ...]], cursor: CursorWrapper | Non
     cursor, if it has one."""
     if not rows:
         return
-    with contextlib.nullcontext(cursor) if cursor else connection.cursor() as cursor:
+    with contextlib.nullcontext(cursor) if cursor is not None else connection.cursor() as cursor:
         table = Chunk._meta.db_table
         names = ", ".join(("series_id", *CHUNK_COLUMNS))
         if connection.vendor == "postgresql":
