@@ -71,6 +71,7 @@ def run(args: argparse.Namespace) -> None:
                 {"raw": raw_round(db, args, r), "http": http_round(db, host, port, args, r)}
                 for r in range(args.rounds)
             ]
+            floor = floor_round(db, host, port, args)
         http_rounds, raw_rounds = [r["http"] for r in rounds], [r["raw"] for r in rounds]
         samples = _stored_samples()
         db.vacuum_analyze(TABLES)
@@ -108,6 +109,8 @@ def run(args: argparse.Namespace) -> None:
         "ratio_http_vs_row_per_sample_load": http_rate / row_rate,
         "orm_object_per_sample_samples_per_s": row_per_sample["orm_samples_per_s"],
         "ratio_http_vs_orm_object_per_sample": http_rate / row_per_sample["orm_samples_per_s"],
+        "request_floor": floor,
+        "raw_pack_and_load_ms_per_batch": 1000 * samples_per_batch(rounds) / full_rate,
         "samples_stored": samples,
         "bytes_per_sample_as_ingested": ingested / samples,
         "bytes_per_sample_after_compaction": compacted / samples,
@@ -140,6 +143,13 @@ def run(args: argparse.Namespace) -> None:
         f"[{args.db}] per CPU-second of server + client + database processes: HTTP/raw "
         f"{result['ratio_http_vs_raw_per_cpu_second']:.2f}; HTTP kept {busy:.2f} of "
         f"{os.cpu_count()} cores busy (load avg {os.getloadavg()[0]:.1f})"
+    )
+    print(
+        f"[{args.db}] a request rejected before any storing (a malformed batch, 400): "
+        f"server {floor['server_cpu_ms']:.2f} ms, database {floor['database_cpu_ms']:.2f} ms, "
+        f"client {floor['client_cpu_ms']:.2f} ms of CPU; the raw load's whole batch "
+        f"({samples_per_batch(rounds):,.0f} samples, packing included): "
+        f"{result['raw_pack_and_load_ms_per_batch']:.2f} ms"
     )
     orm_rate = row_per_sample["orm_samples_per_s"]
     print(
@@ -213,6 +223,47 @@ def http_round(
         "p95_latency_ms": 1000 * h.percentile(latencies, 95),
         "bytes_on_wire_per_batch": int(np.mean([len(b) for plan in plans for b, _ in plan])),
     }
+
+
+def floor_round(
+    db: h.Database, host: str, port: int, args: argparse.Namespace, requests: int = 100
+) -> dict[str, Any]:
+    """What a request costs before any storing: the same clients each posting, `requests`
+    times, a small batch that the server reads and rejects (token, body, parsing, the 400
+    and Django's log line for it). CPU per request of the server, the database and the
+    clients."""
+    body = orjson.dumps({"run_id": "0" * 32, "agent_id": "0" * 32, "seq": -1})
+    statuses: list[int] = []
+
+    def post_all() -> None:
+        for _ in range(requests):
+            status, _ = h.request(
+                host, port, "POST", "/api/v1/ingest/batch", token=db.token, body=body
+            )
+            statuses.append(status)
+
+    threads = [threading.Thread(target=post_all) for _ in range(args.agents)]
+    cpu_before = (db.server_cpu_s(), time.process_time(), db.database_cpu_s())
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    cpu_after = (db.server_cpu_s(), time.process_time(), db.database_cpu_s())
+    assert set(statuses) == {400}, set(statuses)
+    server, client, database = (
+        1000 * (after - before) / len(statuses)
+        for after, before in zip(cpu_after, cpu_before, strict=True)
+    )
+    return {
+        "requests": len(statuses),
+        "server_cpu_ms": server,
+        "database_cpu_ms": database,
+        "client_cpu_ms": client,
+    }
+
+
+def samples_per_batch(rounds: list[dict[str, Any]]) -> float:
+    return h.median([r["http"]["samples"] / r["http"]["batches"] for r in rounds])
 
 
 def packed(body: dict[str, Any]) -> dict[str, Any]:
