@@ -329,4 +329,3 @@ class Sender:
                 folder,
                 self.settings.effective_spill_dir(),
             )
-

@@ -197,17 +197,8 @@ def http_round(
                 failures.append(status)
 
     threads = [threading.Thread(target=post_all, args=(plan,)) for plan in plans]
-    cpu_before = (db.server_cpu_s(), time.process_time(), db.database_cpu_s())
-    began = time.perf_counter()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    wall = time.perf_counter() - began
-    cpu_after = (db.server_cpu_s(), time.process_time(), db.database_cpu_s())
-    server_cpu, client_cpu, database_cpu = (
-        after - before for after, before in zip(cpu_after, cpu_before, strict=True)
-    )
+    wall, cpu = run_clients(db, threads)
+    server_cpu, client_cpu, database_cpu = cpu["server"], cpu["client"], cpu["database"]
     samples = sum(s for plan in plans for _, s in plan)
     assert not failures, f"non-200 answers: {failures[:10]}"
     return {
@@ -242,24 +233,27 @@ def floor_round(
             )
             statuses.append(status)
 
-    threads = [threading.Thread(target=post_all) for _ in range(args.agents)]
-    cpu_before = (db.server_cpu_s(), time.process_time(), db.database_cpu_s())
+    _, cpu = run_clients(db, [threading.Thread(target=post_all) for _ in range(args.agents)])
+    assert set(statuses) == {400}, set(statuses)
+    return {
+        "requests": len(statuses),
+        **{f"{part}_cpu_ms": 1000 * seconds / len(statuses) for part, seconds in cpu.items()},
+    }
+
+
+def run_clients(db: h.Database, threads: list[threading.Thread]) -> tuple[float, dict[str, float]]:
+    """Runs the posting threads to the end: (wall seconds, CPU seconds used meanwhile by the
+    server, the clients (this process) and the database)."""
+    before = (db.server_cpu_s(), time.process_time(), db.database_cpu_s())
+    began = time.perf_counter()
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    cpu_after = (db.server_cpu_s(), time.process_time(), db.database_cpu_s())
-    assert set(statuses) == {400}, set(statuses)
-    server, client, database = (
-        1000 * (after - before) / len(statuses)
-        for after, before in zip(cpu_after, cpu_before, strict=True)
-    )
-    return {
-        "requests": len(statuses),
-        "server_cpu_ms": server,
-        "database_cpu_ms": database,
-        "client_cpu_ms": client,
-    }
+    wall = time.perf_counter() - began
+    after = (db.server_cpu_s(), time.process_time(), db.database_cpu_s())
+    used = (end - start for end, start in zip(after, before, strict=True))
+    return wall, dict(zip(("server", "client", "database"), used, strict=True))
 
 
 def samples_per_batch(rounds: list[dict[str, Any]]) -> float:
