@@ -126,6 +126,10 @@ def _postgresql(url: str, *, parts: Any, name: str) -> dict[str, Any]:
         "PORT": str(port or ""),
         "CONN_MAX_AGE": 60,
         "CONN_HEALTH_CHECKS": True,
+        # Django's default (None) turns psycopg's statement preparation off. Django's own
+        # cursors bind on the client and never prepare either way; perfweb.db's prepared
+        # cursor does, once a statement has run this many times on a connection.
+        "OPTIONS": {"prepare_threshold": 5},
     }
 
 

@@ -8,9 +8,10 @@ from datetime import UTC, datetime, timedelta
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
+from perfweb.db import prepared_cursor
 from perfweb.projects.models import IngestToken, Membership, Project
 
 TOKEN_PREFIX = "pw_"
@@ -51,8 +52,8 @@ def token_revoke(*, token: IngestToken) -> None:
 
 def token_authenticate(*, token: str) -> Project | None:
     """The project of a live token, or None for an unknown or revoked one. Every ingest call
-    runs this, hence one plain query."""
-    with connection.cursor() as cursor:
+    runs this, hence one plain query, prepared."""
+    with prepared_cursor() as cursor:
         cursor.execute(
             f"SELECT t.id, t.last_used_at, p.id, p.name"
             f" FROM {IngestToken._meta.db_table} t JOIN {Project._meta.db_table} p"

@@ -16,6 +16,7 @@ from django.db import connection, transaction
 from django.db.backends.utils import CursorWrapper
 from django.utils import timezone
 
+from perfweb.db import prepared_cursor
 from perfweb.projects.models import Project
 from perfweb.runs.models import BatchReceipt, Run, RunProcess
 from perfweb.runs.schemas import BatchRequest
@@ -39,7 +40,7 @@ class BatchResult:
 def batch_store(*, project: Project, request: BatchRequest) -> BatchResult:
     """Stores the batch once: its receipt and its data commit together or not at all."""
     chunks = chunks_prepare(samples=request.metrics + request.steps)
-    with connection.cursor() as cursor:
+    with prepared_cursor() as cursor:
         # Read before the write transaction: on SQLite every ingest request queues for the
         # one write lock, so it is held for the writes only (new series are created under it).
         run, known = _run_and_series(cursor, project=project, run_id=request.run_id)

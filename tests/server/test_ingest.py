@@ -11,6 +11,7 @@ import math
 from typing import Any
 
 import pytest
+from django.db import connection
 
 from agent import protocol
 from agent.protocol import pack_floats as packed
@@ -138,6 +139,26 @@ def test_it_stores_a_retried_batch_once(started: Agent) -> None:
     assert BatchReceipt.objects.count() == 1
     assert stored_counts(Run.objects.get())[("gpu:0", "gpu.utilization")] == 10
     assert Run.objects.get().step_count == 2
+
+
+def test_it_stores_and_deduplicates_alike_once_its_statements_are_prepared(
+    started: Agent,
+) -> None:
+    # On PostgreSQL the hot path's statements are prepared after a few runs on a connection
+    # (perfweb.db.prepared_cursor), and psycopg keys them by the types its numbers dump to:
+    # int2, int4 and int8 sequence numbers, each past the threshold.
+    seqs = [*range(8), *range(40_000, 40_008), *range(3_000_000_000, 3_000_000_008)]
+    assert [started.batch(seq=seq).json()["duplicate"] for seq in seqs] == [False] * len(seqs)
+    assert [started.batch(seq=seq).json()["duplicate"] for seq in seqs] == [True] * len(seqs)
+    assert sorted(BatchReceipt.objects.values_list("seq", flat=True)) == seqs
+    assert stored_counts(Run.objects.get())[("gpu:0", "gpu.utilization")] == 10 * len(seqs)
+    assert Run.objects.get().step_count == 2 * len(seqs)
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT statement FROM pg_prepared_statements")
+            prepared = [row[0] for row in cursor.fetchall()]
+        assert any("FOR UPDATE" in statement for statement in prepared)  # the bookkeeping
+        assert any("t.digest" in statement for statement in prepared)  # the token
 
 
 def test_it_keeps_batches_of_different_agents_apart(started: Agent, token: str) -> None:
