@@ -2,7 +2,11 @@ from __future__ import annotations
 
 import os
 
-from django.core.wsgi import get_wsgi_application
+import django
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "perfweb.settings")
-application = get_wsgi_application()
+django.setup(set_prefix=False)
+
+from perfweb.handlers import Handler  # noqa: E402 - needs the apps loaded
+
+application = Handler()

@@ -7,17 +7,32 @@ import json
 from typing import Any
 
 from django.test import Client
+from django.test.client import ClientHandler
+
+from perfweb.handlers import DirectViews
 
 T0 = 1764496800.0  # 2025-11-30 10:00 UTC
 RUN_ID = "6f1c0c1e8a2b4d6f9e0a1b2c3d4e5f60"
 AGENT_ID = "0a1b2c3d4e5f60718293a4b5c6d7e8f9"
 
 
+class _DirectClientHandler(DirectViews, ClientHandler):
+    """The test client's handler, with perfweb.wsgi's direct calls of the agents' timed
+    endpoints."""
+
+
+def direct_client() -> Client:
+    """A test client that handles requests as perfweb.wsgi.application does."""
+    client = Client()
+    client.handler = _DirectClientHandler(enforce_csrf_checks=False)
+    return client
+
+
 class Agent:
-    """Posts protocol bodies with a token, like agent/ does."""
+    """Posts protocol bodies with a token, like agent/ does, handled as perfweb.wsgi would."""
 
     def __init__(self, token: str, *, run_id: str = RUN_ID, agent_id: str = AGENT_ID) -> None:
-        self.client = Client()
+        self.client = direct_client()
         self.token = token
         self.run_id = run_id
         self.agent_id = agent_id
