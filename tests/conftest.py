@@ -82,6 +82,17 @@ def _celery_runs_tasks_inline() -> Any:
     app.conf.task_always_eager = False
 
 
+@pytest.fixture(autouse=True)
+def _ingest_forgets_the_ids_it_read() -> Any:
+    """The ingest path remembers runs' and series' ids, which are never reused in a real
+    database; a test database rolled back reuses them."""
+    from perfweb.runs.batches import known_ids
+
+    known_ids.clear()
+    yield
+    known_ids.clear()
+
+
 # --- the one headless Chromium of the test session ---------------------------------------
 # Playwright's sync API allows one running instance per thread: every browser test shares it.
 CHROMIUM = Path(os.environ.get("PERFWEB_CHROMIUM", "/usr/bin/chromium"))

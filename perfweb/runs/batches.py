@@ -1,7 +1,8 @@
 """The ingest hot path: one batch stored once, in one short transaction.
 
 Everything that needs no database (validation, packing the chunks) happens before the
-transaction opens. The run and its series' ids are one query; inside the transaction, the
+transaction opens. The run's id and its series' ids come from this process's memory after
+the run's first batch here (see _Known), else from one query; inside the transaction, the
 bookkeeping (receipt, process, run) is one statement on PostgreSQL, where every statement
 is a round trip to another process, and three on SQLite, which runs in ours; then the
 chunks go in by COPY or executemany. Plain SQL throughout: a batch arrives every few
@@ -22,7 +23,7 @@ from perfweb.runs.models import BatchReceipt, Run, RunProcess
 from perfweb.runs.schemas import BatchRequest
 from perfweb.runs.services import RunNotFound, devices_upsert, run_facts_merge
 from perfweb.series.models import Series
-from perfweb.series.services import chunk_rows, chunks_insert, chunks_prepare
+from perfweb.series.services import PreparedChunk, chunks_insert, chunks_prepare, series_ids
 
 RUNS = Run._meta.db_table
 RECEIPTS = BatchReceipt._meta.db_table
@@ -37,22 +38,83 @@ class BatchResult:
     steps: int
 
 
+SeriesIds = dict[tuple[str, str], int]
+
+
+class _Known:
+    """The runs' primary keys and series ids this process has read, by (project, run_id).
+
+    Ids are never reused (PostgreSQL's sequences; SQLite's AUTOINCREMENT), and a run's
+    series are only ever added, never removed while the run exists. So an entry stays right
+    for as long as its run exists, which the bookkeeping checks, under the write lock, in
+    every batch's transaction: a batch whose run has gone reads the database again, once.
+    Series that another process created since are read when a batch names them. Ids read
+    inside a transaction are remembered only once it has committed.
+    """
+
+    MAX_RUNS = 10_000  # about 100 series each: a few MB at most
+
+    def __init__(self) -> None:
+        self._runs: dict[tuple[int, str], tuple[Run, SeriesIds]] = {}
+
+    def get(self, project: Project, run_id: str) -> tuple[Run, SeriesIds] | None:
+        return self._runs.get((project.id, run_id))
+
+    def remember(self, run: Run, ids: SeriesIds) -> None:
+        if len(self._runs) >= self.MAX_RUNS:
+            self._runs.clear()  # rare; the next batch of each run reads again
+        self._runs[run.project_id, run.run_id] = (run, ids)
+
+    def forget(self, project: Project, run_id: str) -> None:
+        self._runs.pop((project.id, run_id), None)
+
+    def clear(self) -> None:
+        """Forget everything (a test whose database was rolled back reuses ids)."""
+        self._runs.clear()
+
+
+known_ids = _Known()
+
+
 def batch_store(*, project: Project, request: BatchRequest) -> BatchResult:
     """Stores the batch once: its receipt and its data commit together or not at all."""
     chunks = chunks_prepare(samples=request.metrics + request.steps)
+    remembered = known_ids.get(project, request.run_id)
+    try:
+        return _store(project=project, request=request, chunks=chunks, remembered=remembered)
+    except RunNotFound:
+        if remembered is None:
+            raise
+        known_ids.forget(project, request.run_id)  # the run has gone: is there a new one?
+        return _store(project=project, request=request, chunks=chunks, remembered=None)
+
+
+def _store(
+    *,
+    project: Project,
+    request: BatchRequest,
+    chunks: list[PreparedChunk],
+    remembered: tuple[Run, SeriesIds] | None,
+) -> BatchResult:
     with prepared_cursor() as cursor:
         # Read before the write transaction: on SQLite every ingest request queues for the
         # one write lock, so it is held for the writes only (new series are created under it).
-        run, known = _run_and_series(cursor, project=project, run_id=request.run_id)
+        if remembered is None:
+            remembered = _run_and_series(cursor, project=project, run_id=request.run_id)
+            known_ids.remember(*remembered)
+        run, known = remembered
         now = connection.ops.adapt_datetimefield_value(timezone.now())
         with transaction.atomic():
             bookkeep = _bookkeep_postgresql if connection.vendor == "postgresql" else _bookkeep
             if bookkeep(cursor, run=run, request=request, now=now) is None:
                 return BatchResult(duplicate=True, samples=0, steps=0)
-            chunks_insert(rows=chunk_rows(run=run, chunks=chunks, known=known), cursor=cursor)
+            ids = series_ids(run=run, keys={(c.device, c.name) for c in chunks}, known=known)
+            chunks_insert(rows=[(ids[c.device, c.name], *c.columns) for c in chunks], cursor=cursor)
             if request.facts:
                 run_facts_merge(run_pk=run.id, facts=request.facts)
             devices_upsert(run=run, devices=request.devices)
+    if ids is not known:  # series created or read in the transaction, now committed
+        known_ids.remember(run, ids)
     return BatchResult(duplicate=False, samples=request.sample_count, steps=request.step_count)
 
 
@@ -68,7 +130,7 @@ def _run_and_series(
     rows = cursor.fetchall()
     if not rows:
         raise RunNotFound(run_id)
-    run = Run(id=rows[0][0], run_id=run_id, project=project)
+    run = Run(id=rows[0][0], run_id=run_id, project_id=project.id)
     return run, {(device, name): pk for _, device, name, pk in rows if pk is not None}
 
 
@@ -78,13 +140,13 @@ def _bookkeep(cursor: CursorWrapper, *, run: Run, request: BatchRequest, now: ob
     IMMEDIATE transactions hold the one write lock from their first statement."""
     cursor.execute(
         f"INSERT INTO {RECEIPTS} (run_id, agent_id, seq, samples, received_at)"
-        f" SELECT id, %s, %s, %s, %s FROM {RUNS} WHERE id = %s"
+        f" SELECT id, %s, %s, %s, %s FROM {RUNS} WHERE id = %s AND run_id = %s"
         " ON CONFLICT (run_id, agent_id, seq) DO NOTHING",
-        [request.agent_id, request.seq, request.sample_count, now, run.id],
+        [request.agent_id, request.seq, request.sample_count, now, run.id, run.run_id],
     )
     if cursor.rowcount != 1:
-        cursor.execute(f"SELECT 1 FROM {RUNS} WHERE id = %s", [run.id])
-        if cursor.fetchone() is None:  # gone since _run_and_series read it
+        cursor.execute(f"SELECT 1 FROM {RUNS} WHERE id = %s AND run_id = %s", [run.id, run.run_id])
+        if cursor.fetchone() is None:  # gone since it was read
             raise RunNotFound(run.run_id)
         return None
     steps = _process_seen(cursor, run=run, request=request, now=now)
@@ -99,7 +161,8 @@ def _bookkeep_postgresql(
     lock it before the process's row: a batch that took the process's row first could
     deadlock with its own agent's finish."""
     cursor.execute(
-        f"WITH locked AS (SELECT id FROM {RUNS} WHERE id = %(run)s FOR UPDATE),"
+        f"WITH locked AS (SELECT id FROM {RUNS} WHERE id = %(run)s AND run_id = %(run_id)s"
+        " FOR UPDATE),"
         f" receipt AS (INSERT INTO {RECEIPTS} (run_id, agent_id, seq, samples, received_at)"
         " SELECT id, %(agent)s, %(seq)s, %(samples)s, %(now)s FROM locked"
         " ON CONFLICT (run_id, agent_id, seq) DO NOTHING RETURNING run_id),"
@@ -115,6 +178,7 @@ def _bookkeep_postgresql(
         " (SELECT step_count FROM process)",
         {
             "run": run.id,
+            "run_id": run.run_id,
             "agent": request.agent_id,
             "seq": request.seq,
             "samples": request.sample_count,
@@ -126,7 +190,7 @@ def _bookkeep_postgresql(
         },
     )
     found, stored, steps = cursor.fetchone()
-    if not found:  # gone since _run_and_series read it
+    if not found:  # gone since it was read
         raise RunNotFound(run.run_id)
     if not stored:
         return None

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from agent import protocol
 from agent.protocol import pack_floats as packed
@@ -413,6 +414,56 @@ def test_it_answers_404_when_the_run_is_deleted_while_its_batch_arrives(
     assert response.status_code == 404
     assert response.json() == {"error": f"run {RUN_ID} was not started in this project"}
     assert BatchReceipt.objects.count() == 0 and Chunk.objects.count() == 0
+
+
+def test_it_reads_a_run_and_its_series_from_the_database_once(started: Agent) -> None:
+    def run_reads() -> int:
+        with CaptureQueriesContext(connection) as queries:
+            assert started.batch().status_code == 200
+        return sum("LEFT JOIN" in q["sql"] for q in queries.captured_queries)
+
+    assert [run_reads(), run_reads(), run_reads()] == [1, 0, 0]
+    assert BatchReceipt.objects.count() == 3 and Chunk.objects.count() == 12
+
+
+def test_it_stores_into_a_run_started_again_after_it_was_deleted(started: Agent) -> None:
+    assert started.batch().status_code == 200  # the run's ids are remembered now
+    Run.objects.all().delete()
+    assert started.start().status_code == 200  # a new run, same run_id, new ids
+    assert started.batch().status_code == 200
+    run = Run.objects.get()
+    assert stored_counts(run)[("gpu:0", "gpu.utilization")] == 10
+    assert BatchReceipt.objects.get().run == run
+
+
+def test_it_stores_into_a_series_another_process_created(started: Agent) -> None:
+    assert started.batch().status_code == 200  # remembers the run's series of this batch
+    run = Run.objects.get()
+    Series.objects.create(run=run, device="gpu:1", name="gpu.utilization")  # elsewhere
+    extra = {"device": "gpu:1", "name": "gpu.utilization", "t": [T0 + 20], "v": [42.0]}
+    metrics = [*batch_body()["metrics"], extra]
+    assert started.batch(metrics=metrics).status_code == 200
+    assert Series.objects.filter(device="gpu:1").count() == 1
+    assert stored_counts(run)[("gpu:1", "gpu.utilization")] == 1
+
+
+def test_it_remembers_no_series_of_a_batch_that_failed(
+    started: Agent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert started.batch().status_code == 200
+    extra = {"device": "gpu:1", "name": "gpu.utilization", "t": [T0 + 20], "v": [42.0]}
+    metrics = [*batch_body()["metrics"], extra]
+
+    def explode(**kwargs: Any) -> None:
+        raise RuntimeError("disk full")
+
+    with monkeypatch.context() as patch:
+        patch.setattr("perfweb.runs.batches.devices_upsert", explode)
+        with pytest.raises(RuntimeError):
+            started.batch(seq=1, metrics=metrics)  # creates gpu:1's series, rolled back
+    assert not Series.objects.filter(device="gpu:1").exists()
+    assert started.batch(seq=1, metrics=metrics).status_code == 200
+    assert stored_counts(Run.objects.get())[("gpu:1", "gpu.utilization")] == 1
 
 
 def test_it_only_accepts_post(agent: Agent) -> None:
