@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from itertools import accumulate, chain
+from itertools import chain
 from typing import Any
 
 import msgspec
@@ -23,7 +23,7 @@ from perfweb.runs.fields import (
     times,
     unix_time,
 )
-from perfweb.series.services import Samples
+from perfweb.series.services import SampleBlock, Samples
 
 MAX_SERIES_PER_BATCH = 10_000
 MAX_DEVICES = 1_000
@@ -66,8 +66,8 @@ class BatchRequest:
     run_id: str
     agent_id: str
     seq: int
-    metrics: list[Samples]
-    steps: list[Samples]  # step.duration and step.data_wait of the batch's steps
+    metrics: SampleBlock
+    steps: SampleBlock  # step.duration and step.data_wait of the batch's steps
     step_count: int
     facts: dict[str, Any]
     devices: list[DeviceInfo]
@@ -75,7 +75,7 @@ class BatchRequest:
     sample_count: int = field(init=False)  # of the metrics: what the reply calls samples
 
     def __post_init__(self) -> None:
-        self.sample_count = sum(len(s.t) for s in self.metrics)
+        self.sample_count = self.metrics.count
 
 
 @dataclass
@@ -172,11 +172,11 @@ def parse_batch_json(raw: bytes) -> BatchRequest | None:
     return _batch(body, metrics=metrics, ids=_ids(body))
 
 
-def _batch(body: dict[str, Any], *, metrics: list[Samples], ids: tuple[str, str]) -> BatchRequest:
+def _batch(body: dict[str, Any], *, metrics: SampleBlock, ids: tuple[str, str]) -> BatchRequest:
     """The batch from its fields but the metrics, read in docs/protocol.md's order."""
     seq = integer(body, "seq", required=True, minimum=0)
     unix_time(body, "sent_at")
-    steps: list[Samples] = []
+    steps = SampleBlock.of([])
     step_count = 0
     if body.get("steps") is not None:
         steps, step_count = _steps(obj(body["steps"], "steps"))
@@ -226,9 +226,9 @@ def _produced(value: Any) -> dict[str, int]:
     return counts
 
 
-def _metrics(value: Any) -> list[Samples]:
+def _metrics(value: Any) -> SampleBlock:
     if value is None:
-        return []
+        return SampleBlock.of([])
     if not isinstance(value, list):
         raise Invalid("metrics is not an array")
     if len(value) > MAX_SERIES_PER_BATCH:
@@ -237,10 +237,10 @@ def _metrics(value: Any) -> list[Samples]:
         _series_key(obj(item, f"metrics[{i}]"), f"metrics[{i}].") for i, item in enumerate(value)
     ]
     arrays = [_series_numbers(item, i) for i, item in enumerate(value)]
-    return [
+    return SampleBlock.of(
         Samples(device=device, name=name, t=t, v=v)
         for (device, name), (t, v) in zip(keys, arrays, strict=True)
-    ]
+    )
 
 
 _GOOD_KEYS: set[tuple[object, object]] = set()  # (device, name) pairs already validated
@@ -260,8 +260,8 @@ def _series_key(item: dict[str, Any], path: str) -> tuple[str, str]:
     return device, name
 
 
-def _typed_metrics(items: list[_Series]) -> list[Samples] | None:
-    """The decoded metrics as Samples, their numbers checked for the whole batch at once;
+def _typed_metrics(items: list[_Series]) -> SampleBlock | None:
+    """The decoded metrics as one block, their numbers checked for the whole batch at once;
     None when anything is off."""
     if len(items) > MAX_SERIES_PER_BATCH:
         return None
@@ -275,11 +275,7 @@ def _typed_metrics(items: list[_Series]) -> list[Samples] | None:
         return None
     if not (np.isfinite(v).all() and ((t >= 0) & (t < LATEST_TIME)).all()):
         return None
-    ends = accumulate(t_lengths)
-    return [
-        Samples(device=device, name=name, t=t[end - n : end], v=v[end - n : end])
-        for (device, name), n, end in zip(keys, t_lengths, ends, strict=True)
-    ]
+    return SampleBlock(keys=keys, lengths=t_lengths, t=t, v=v)
 
 
 def _column(arrays: list[list[float] | bytes]) -> tuple[np.ndarray, list[int]]:
@@ -308,7 +304,7 @@ def _series_numbers(item: dict[str, Any], i: int) -> tuple[np.ndarray, np.ndarra
     return t, v
 
 
-def _steps(steps: dict[str, Any]) -> tuple[list[Samples], int]:
+def _steps(steps: dict[str, Any]) -> tuple[SampleBlock, int]:
     rank = integer(steps, "rank", path="steps.", minimum=0)
     arrays = {
         "index": numbers(steps.get("index"), "steps.index", integers=True),
@@ -323,10 +319,12 @@ def _steps(steps: dict[str, Any]) -> tuple[list[Samples], int]:
             raise Invalid(f"steps.{name}[{int(np.argmax(negative))}] is negative")
     device = protocol.rank_device(rank)
     t = arrays["t"]
-    return [
-        Samples(device=device, name=protocol.STEP_DURATION, t=t, v=arrays["duration"]),
-        Samples(device=device, name=protocol.STEP_DATA_WAIT, t=t, v=arrays["data_wait"]),
-    ], count
+    return SampleBlock.of(
+        [
+            Samples(device=device, name=protocol.STEP_DURATION, t=t, v=arrays["duration"]),
+            Samples(device=device, name=protocol.STEP_DATA_WAIT, t=t, v=arrays["data_wait"]),
+        ]
+    ), count
 
 
 def _devices(value: Any) -> list[DeviceInfo]:

@@ -97,6 +97,12 @@ def test_a_batch_packs_each_series_as_it_would_alone() -> None:
         assert chunk.columns[3] == pytest.approx(expected[3], rel=1e-12)  # v_sum: order
         assert chunk.columns[:3] + chunk.columns[4:] == expected[:3] + expected[4:]
         assert chunk.columns[8] == codec.encode_plain(t=s.t[order], v=s.v[order])
+    # The parser's form, one block for the batch, packs alike and splits back into the series.
+    block = services.SampleBlock.of(series[:3]) + services.SampleBlock.of(series[3:])
+    assert services.chunks_prepare(samples=block) == prepared
+    assert [(s.device, s.name, s.t.tolist(), s.v.tolist()) for s in block] == [
+        (s.device, s.name, s.t.tolist(), s.v.tolist()) for s in series
+    ]
 
 
 def test_it_packs_a_realistic_series_small() -> None:
