@@ -85,7 +85,9 @@ class BatchReceipt(models.Model):
     """(run, agent, seq) of every stored batch: the idempotency key, written in the same
     transaction as the batch's data."""
 
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="receipts")
+    # db_index=False: receipt_unique starts with the run and serves lookups by run too; a
+    # second index would be one more write per batch.
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="receipts", db_index=False)
     agent_id = models.CharField(max_length=64)
     seq = models.BigIntegerField()
     samples = models.IntegerField()
