@@ -11,24 +11,33 @@ seconds from every rank of every run, and the ORM's per-query cost would dominat
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 from django.db import connection, transaction
 from django.db.backends.utils import CursorWrapper
 from django.utils import timezone
 
-from perfweb.db import prepared_cursor
+from perfweb.db import Float8Array, Int4Array, Int8Array, bytea_array, number_array, prepared_cursor
 from perfweb.projects.models import Project
 from perfweb.runs.models import BatchReceipt, Run, RunProcess
 from perfweb.runs.schemas import BatchRequest
 from perfweb.runs.services import RunNotFound, devices_upsert, run_facts_merge
-from perfweb.series.models import Series
-from perfweb.series.services import PreparedChunk, chunks_insert, chunks_prepare, series_ids
+from perfweb.series.models import Chunk, Series
+from perfweb.series.services import (
+    CHUNK_COLUMNS,
+    PreparedChunk,
+    chunks_insert,
+    chunks_prepare,
+    series_ids,
+)
 
 RUNS = Run._meta.db_table
 RECEIPTS = BatchReceipt._meta.db_table
 PROCESSES = RunProcess._meta.db_table
 SERIES = Series._meta.db_table
+CHUNKS = Chunk._meta.db_table
+ROLE_UNANNOUNCED = "worker"  # the role of an agent whose start never arrived
 
 
 @dataclass(frozen=True)
@@ -104,18 +113,74 @@ def _store(
             known_ids.remember(*remembered)
         run, known = remembered
         now = connection.ops.adapt_datetimefield_value(timezone.now())
-        with transaction.atomic():
-            bookkeep = _bookkeep_postgresql if connection.vendor == "postgresql" else _bookkeep
-            if bookkeep(cursor, run=run, request=request, now=now) is None:
-                return BatchResult(duplicate=True, samples=0, steps=0)
-            ids = series_ids(run=run, keys={(c.device, c.name) for c in chunks}, known=known)
-            chunks_insert(rows=[(ids[c.device, c.name], *c.columns) for c in chunks], cursor=cursor)
-            if request.facts:
-                run_facts_merge(run_pk=run.id, facts=request.facts)
-            devices_upsert(run=run, devices=request.devices)
+        write = _write_postgresql if connection.vendor == "postgresql" else _write_sqlite
+        ids = write(cursor, run=run, known=known, request=request, chunks=chunks, now=now)
+    if ids is None:
+        return BatchResult(duplicate=True, samples=0, steps=0)
     if ids is not known:  # series created or read in the transaction, now committed
         known_ids.remember(run, ids)
     return BatchResult(duplicate=False, samples=request.sample_count, steps=request.step_count)
+
+
+def _write_sqlite(
+    cursor: CursorWrapper,
+    *,
+    run: Run,
+    known: SeriesIds,
+    request: BatchRequest,
+    chunks: list[PreparedChunk],
+    now: object,
+) -> SeriesIds | None:
+    """The batch in one transaction; the series' ids it used, None for a duplicate."""
+    with transaction.atomic():
+        if _bookkeep(cursor, run=run, request=request, now=now) is None:
+            return None
+        ids = series_ids(run=run, keys={(c.device, c.name) for c in chunks}, known=known)
+        chunks_insert(rows=[(ids[c.device, c.name], *c.columns) for c in chunks], cursor=cursor)
+        _facts_and_devices(run=run, request=request)
+    return ids
+
+
+def _write_postgresql(
+    cursor: CursorWrapper,
+    *,
+    run: Run,
+    known: SeriesIds,
+    request: BatchRequest,
+    chunks: list[PreparedChunk],
+    now: object,
+) -> SeriesIds | None:
+    """The batch in one statement (see _bookkeep_postgresql), which is a transaction of its
+    own: one round trip to PostgreSQL in the steady state. A batch that brings new series,
+    facts or devices (a run's first, mostly) needs a few statements in a transaction: the
+    run's row is locked first there too, before the series are created, as another rank of
+    the run may be creating the same ones."""
+    keys = {(c.device, c.name) for c in chunks}
+    alone = keys <= known.keys() and not request.facts and not request.devices
+    with contextlib.nullcontext() if alone else transaction.atomic():
+        if not alone:
+            _lock_run(cursor, run=run)
+        ids = known if alone else series_ids(run=run, keys=keys, known=known)
+        rows = [(ids[c.device, c.name], *c.columns) for c in chunks]
+        if not _bookkeep_postgresql(cursor, run=run, request=request, now=now, rows=rows):
+            return None
+        if not alone:
+            _facts_and_devices(run=run, request=request)
+    return ids
+
+
+def _facts_and_devices(*, run: Run, request: BatchRequest) -> None:
+    if request.facts:
+        run_facts_merge(run_pk=run.id, facts=request.facts)
+    devices_upsert(run=run, devices=request.devices)
+
+
+def _lock_run(cursor: CursorWrapper, *, run: Run) -> None:
+    cursor.execute(
+        f"SELECT 1 FROM {RUNS} WHERE id = %s AND run_id = %s FOR UPDATE", [run.id, run.run_id]
+    )
+    if cursor.fetchone() is None:  # gone since it was read
+        raise RunNotFound(run.run_id)
 
 
 def _run_and_series(
@@ -154,12 +219,32 @@ def _bookkeep(cursor: CursorWrapper, *, run: Run, request: BatchRequest, now: ob
     return steps
 
 
+# Chunk rows as arrays, one per column of CHUNK_COLUMNS, in the order of COPY_TYPES.
+_ARRAYS = (Int8Array, Float8Array, Float8Array, Int4Array, *[Float8Array] * 5)
+_CHUNK_WRITE = (
+    f" chunks AS (INSERT INTO {CHUNKS} (series_id, {', '.join(CHUNK_COLUMNS)})"
+    f" SELECT * FROM unnest({', '.join(f'%(c{i})s' for i in range(len(CHUNK_COLUMNS) + 1))})"
+    " WHERE EXISTS (SELECT FROM receipt))"
+)
+
+
 def _bookkeep_postgresql(
-    cursor: CursorWrapper, *, run: Run, request: BatchRequest, now: object
-) -> int | None:
-    """_bookkeep in one statement. The run's row is locked first, as heartbeat and finish
-    lock it before the process's row: a batch that took the process's row first could
-    deadlock with its own agent's finish."""
+    cursor: CursorWrapper,
+    *,
+    run: Run,
+    request: BatchRequest,
+    now: object,
+    rows: list[tuple[object, ...]],
+) -> bool:
+    """_bookkeep and the chunks' insert in one statement; False for a batch already stored.
+    The run's row is locked first, as heartbeat and finish lock it before the process's row:
+    a batch that took the process's row first could deadlock with its own agent's finish.
+    The process's row is created if the agent's start never arrived."""
+    columns = list(zip(*rows, strict=True)) if rows else [()] * (len(CHUNK_COLUMNS) + 1)
+    arrays = {
+        **{f"c{i}": number_array(kind, columns[i]) for i, kind in enumerate(_ARRAYS)},
+        **{f"c{i}": bytea_array(columns[i]) for i in range(len(_ARRAYS), len(columns))},
+    }
     cursor.execute(
         f"WITH locked AS (SELECT id FROM {RUNS} WHERE id = %(run)s AND run_id = %(run_id)s"
         " FOR UPDATE),"
@@ -170,16 +255,21 @@ def _bookkeep_postgresql(
         " step_count = step_count + %(steps)s, dropped = GREATEST(dropped, %(dropped)s)"
         " WHERE run_id = (SELECT run_id FROM receipt) AND agent_id = %(agent)s"
         " RETURNING step_count),"
-        f" seen AS (UPDATE {RUNS} SET last_seen_at = %(now)s,"
-        " step_count = GREATEST(step_count, (SELECT step_count FROM process)),"
+        f" born AS (INSERT INTO {PROCESSES} (run_id, agent_id, role, host, started_at,"
+        " last_seen_at, step_count, dropped, produced)"
+        " SELECT run_id, %(agent)s, %(role)s, '', %(now)s, %(now)s, %(steps)s, %(dropped)s, '{}'"
+        " FROM receipt WHERE NOT EXISTS (SELECT FROM process) RETURNING step_count),"
+        f" seen AS (UPDATE {RUNS} SET last_seen_at = %(now)s, step_count = GREATEST(step_count,"
+        " (SELECT step_count FROM process), (SELECT step_count FROM born)),"
         " status = CASE WHEN status = %(lost)s THEN %(running)s ELSE status END"
-        " WHERE id = (SELECT run_id FROM receipt))"
-        " SELECT EXISTS (SELECT FROM locked), EXISTS (SELECT FROM receipt),"
-        " (SELECT step_count FROM process)",
+        " WHERE id = (SELECT run_id FROM receipt)),"
+        f"{_CHUNK_WRITE}"
+        " SELECT EXISTS (SELECT FROM locked), EXISTS (SELECT FROM receipt)",
         {
             "run": run.id,
             "run_id": run.run_id,
             "agent": request.agent_id,
+            "role": ROLE_UNANNOUNCED,
             "seq": request.seq,
             "samples": request.sample_count,
             "now": now,
@@ -187,18 +277,13 @@ def _bookkeep_postgresql(
             "dropped": request.dropped,
             "lost": Run.LOST,
             "running": Run.RUNNING,
+            **arrays,
         },
     )
-    found, stored, steps = cursor.fetchone()
+    found, stored = cursor.fetchone()
     if not found:  # gone since it was read
         raise RunNotFound(run.run_id)
-    if not stored:
-        return None
-    if steps is not None:
-        return int(steps)
-    steps = _process_seen(cursor, run=run, request=request, now=now)  # a process never started
-    _run_seen(cursor, run=run, steps=steps, now=now)
-    return int(steps)
+    return bool(stored)
 
 
 def _run_seen(cursor: CursorWrapper, *, run: Run, steps: int, now: object) -> None:
@@ -224,7 +309,7 @@ def _process_seen(cursor: CursorWrapper, *, run: Run, request: BatchRequest, now
     RunProcess.objects.create(  # an agent whose start we never saw
         run=run,
         agent_id=request.agent_id,
-        role="worker",
+        role=ROLE_UNANNOUNCED,
         started_at=timezone.now(),
         last_seen_at=timezone.now(),
         step_count=request.step_count,

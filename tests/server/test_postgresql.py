@@ -24,6 +24,7 @@ MODULES = [
     "test_lifecycle.py",
     "test_storage.py",
     "test_read_api.py",
+    "test_handlers.py",
 ]
 
 
