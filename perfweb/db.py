@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
-from django.db import connection
+from django.db import InterfaceError, OperationalError, connection
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 
 if TYPE_CHECKING:
     from psycopg.adapt import AdaptersMap
+
+T = TypeVar("T")
 
 
 def prepared_cursor() -> CursorWrapper:
@@ -35,6 +37,30 @@ def prepared_cursor() -> CursorWrapper:
     connection.ensure_connection()
     with connection.wrap_database_errors:
         return connection._prepare_cursor(ServerBindingCursor(connection.connection))
+
+
+def first_statement(run: Callable[[CursorWrapper], T]) -> T:
+    """Runs a request's first statement, a read, on the prepared cursor without Django's
+    health check (CONN_HEALTH_CHECKS), which on PostgreSQL is a round trip of its own
+    (`SELECT 1`) before every request's first query: 60 µs of Python and 35 µs of
+    PostgreSQL's CPU. If the connection turns out dead, it is closed and the statement runs
+    once more on a new one, which is what the health check would have done."""
+    checked = (
+        connection.vendor != "postgresql"
+        or not connection.health_check_enabled
+        or connection.health_check_done
+        or connection.connection is None
+        or connection.in_atomic_block
+    )
+    if not checked:
+        connection.health_check_done = True  # by the statement itself
+        try:
+            with prepared_cursor() as cursor:
+                return run(cursor)
+        except (InterfaceError, OperationalError):
+            connection.close()
+    with prepared_cursor() as cursor:
+        return run(cursor)
 
 
 # --- array parameters in PostgreSQL's binary form --------------------------------------------

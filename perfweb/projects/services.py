@@ -5,13 +5,15 @@ from __future__ import annotations
 import hashlib
 import secrets
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
+from django.db.backends.utils import CursorWrapper
 from django.utils import timezone
 
-from perfweb.db import prepared_cursor
+from perfweb.db import first_statement
 from perfweb.projects.models import IngestToken, Membership, Project
 
 TOKEN_PREFIX = "pw_"
@@ -52,15 +54,19 @@ def token_revoke(*, token: IngestToken) -> None:
 
 def token_authenticate(*, token: str) -> Project | None:
     """The project of a live token, or None for an unknown or revoked one. Every ingest call
-    runs this, hence one plain query, prepared."""
-    with prepared_cursor() as cursor:
+    runs this first, hence one plain query, prepared, that checks the connection as well."""
+    digest = token_digest(token=token)
+
+    def read(cursor: CursorWrapper) -> tuple[Any, ...] | None:
         cursor.execute(
             f"SELECT t.id, t.last_used_at, p.id, p.name"
             f" FROM {IngestToken._meta.db_table} t JOIN {Project._meta.db_table} p"
             " ON p.id = t.project_id WHERE t.digest = %s AND t.revoked_at IS NULL",
-            [token_digest(token=token)],
+            [digest],
         )
-        row = cursor.fetchone()
+        return cursor.fetchone()
+
+    row = first_statement(read)
     if row is None:
         return None
     token_id, last_used_at, project_id, name = row

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from .agent_client import Agent
+
+# Tests of PostgreSQL's own behaviour, run by test_postgresql.py with DATABASE_URL on it.
+if not os.environ.get("DATABASE_URL", "").startswith("postgres"):
+    collect_ignore = ["test_on_postgresql.py"]
 
 
 @pytest.fixture

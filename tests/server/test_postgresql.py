@@ -25,6 +25,7 @@ MODULES = [
     "test_storage.py",
     "test_read_api.py",
     "test_handlers.py",
+    "test_on_postgresql.py",
 ]
 
 
