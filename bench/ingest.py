@@ -7,10 +7,10 @@ the bytes stored per sample.
 HTTP: gunicorn on 127.0.0.1, `--agents` concurrent clients (one run each) posting gzipped
 batches of 8 GPUs × 12 metrics at `--hz` for `--batch-seconds`, plus process metrics and
 steps, their arrays packed as the agent sends them (`--arrays plain`: JSON numbers). Raw:
-the same kind of batches, already as arrays, turned into chunk rows by the very code the
-endpoint uses (`chunks_prepare`) and loaded into the same table (same indexes) in one
-transaction by the endpoint's own bulk insert: binary COPY on PostgreSQL, executemany on
-SQLite. Raw is reported with the packing (pack + load) and without it (rows prebuilt, load
+the same kind of batches, already as one float64 array per series, turned into chunk rows by
+the very code the endpoint uses (`chunks_prepare`) and loaded into the same table (same
+indexes) in one transaction by the bulk insert that compaction uses: binary COPY on
+PostgreSQL, executemany on SQLite. Raw is reported with the packing (pack + load) and without it (rows prebuilt, load
 only). Rounds alternate raw and HTTP, and each round's ratio compares the two halves of the
 same round (the machines are noisy); the ratios reported are the medians of those. Bytes: the
 chunk and series tables with their indexes (and TOAST), as ingested and after compaction, per

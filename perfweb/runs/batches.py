@@ -1,12 +1,13 @@
 """The ingest hot path: one batch stored once, in one short transaction.
 
 Everything that needs no database (validation, packing the chunks) happens before the
-transaction opens. The run's id and its series' ids come from this process's memory after
-the run's first batch here (see _Known), else from one query; inside the transaction, the
-bookkeeping (receipt, process, run) is one statement on PostgreSQL, where every statement
-is a round trip to another process, and three on SQLite, which runs in ours; then the
-chunks go in by COPY or executemany. Plain SQL throughout: a batch arrives every few
-seconds from every rank of every run, and the ORM's per-query cost would dominate.
+transaction. The run's id and its series' ids come from this process's memory after the
+run's first batch here (see _Known), else from one query. On PostgreSQL, where every
+statement is a round trip to another process, a batch is then one statement: bookkeeping
+(receipt, process, run) and the chunks' insert, a transaction by itself. On SQLite, which
+runs in our process, it is an IMMEDIATE transaction of three bookkeeping statements and an
+executemany. Plain SQL throughout: a batch arrives every few seconds from every rank of
+every run, and the ORM's per-query cost would dominate.
 """
 
 from __future__ import annotations
@@ -55,8 +56,9 @@ class _Known:
 
     Ids are never reused (PostgreSQL's sequences; SQLite's AUTOINCREMENT), and a run's
     series are only ever added, never removed while the run exists. So an entry stays right
-    for as long as its run exists, which the bookkeeping checks, under the write lock, in
-    every batch's transaction: a batch whose run has gone reads the database again, once.
+    for as long as its run exists, which the bookkeeping checks in every batch's transaction,
+    holding the run's row (PostgreSQL) or the write lock (SQLite): a batch whose run has
+    gone reads the database again, once.
     Series that another process created since are read when a batch names them. Ids read
     inside a transaction are remembered only once it has committed.
     """
