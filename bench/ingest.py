@@ -10,11 +10,11 @@ steps, their arrays packed as the agent sends them (`--arrays plain`: JSON numbe
 the same kind of batches, already as one float64 array per series, turned into chunk rows by
 the very code the endpoint uses (`chunks_prepare`) and loaded into the same table (same
 indexes) in one transaction by the bulk insert that compaction uses: binary COPY on
-PostgreSQL, executemany on SQLite. Raw is reported with the packing (pack + load) and without it (rows prebuilt, load
-only). Rounds alternate raw and HTTP, and each round's ratio compares the two halves of the
-same round (the machines are noisy); the ratios reported are the medians of those. Bytes: the
-chunk and series tables with their indexes (and TOAST), as ingested and after compaction, per
-sample. Writes bench/results/ingest-<db>.json.
+PostgreSQL, executemany on SQLite. Raw is reported with the packing (pack + load) and
+without it (rows prebuilt, load only). Rounds alternate raw and HTTP, and each round's ratio
+compares the two halves of the same round (the machines are noisy); the ratios reported are
+the medians of those. Bytes: the chunk and series tables with their indexes (and TOAST), as
+ingested and after compaction, per sample. Writes bench/results/ingest-<db>.json.
 """
 
 from __future__ import annotations
