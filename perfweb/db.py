@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, TypeVar
@@ -136,9 +137,18 @@ def arrays_on_new_connections(sender: object, connection: BaseDatabaseWrapper, *
 def register_array_dumpers(adapters: AdaptersMap) -> None:
     """Teaches a psycopg connection's (or context's) adapters to send PgArray parameters as
     they are, in binary, typed as the array they hold."""
+    for kind, dumper in _array_dumpers().items():
+        adapters.register_dumper(kind, dumper)
+
+
+@functools.cache
+def _array_dumpers() -> dict[type[PgArray], type]:
+    """One psycopg dumper class per PgArray kind, made once (psycopg is imported only on
+    PostgreSQL)."""
     from psycopg.adapt import Dumper
     from psycopg.pq import Format
 
+    dumpers: dict[type[PgArray], type] = {}
     for kind in (Float8Array, Int8Array, Int4Array, ByteaArray):
 
         class ArrayDumper(Dumper):
@@ -148,4 +158,5 @@ def register_array_dumpers(adapters: AdaptersMap) -> None:
             def dump(self, obj: PgArray) -> bytes:
                 return obj.data
 
-        adapters.register_dumper(kind, ArrayDumper)
+        dumpers[kind] = ArrayDumper
+    return dumpers

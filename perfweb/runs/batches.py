@@ -19,7 +19,15 @@ from django.db import connection, transaction
 from django.db.backends.utils import CursorWrapper
 from django.utils import timezone
 
-from perfweb.db import Float8Array, Int4Array, Int8Array, bytea_array, number_array, prepared_cursor
+from perfweb.db import (
+    ByteaArray,
+    Float8Array,
+    Int4Array,
+    Int8Array,
+    bytea_array,
+    number_array,
+    prepared_cursor,
+)
 from perfweb.projects.models import Project
 from perfweb.runs.models import BatchReceipt, Run, RunProcess
 from perfweb.runs.schemas import BatchRequest
@@ -27,6 +35,7 @@ from perfweb.runs.services import RunNotFound, devices_upsert, run_facts_merge
 from perfweb.series.models import Chunk, Series
 from perfweb.series.services import (
     CHUNK_COLUMNS,
+    COPY_TYPES,
     PreparedChunk,
     chunks_insert,
     chunks_prepare,
@@ -221,11 +230,14 @@ def _bookkeep(cursor: CursorWrapper, *, run: Run, request: BatchRequest, now: ob
     return steps
 
 
-# Chunk rows as arrays, one per column of CHUNK_COLUMNS, in the order of COPY_TYPES.
-_ARRAYS = (Int8Array, Float8Array, Float8Array, Int4Array, *[Float8Array] * 5)
+# Chunk rows as arrays, one per column (series_id, *CHUNK_COLUMNS), typed as COPY types them.
+_ARRAYS = tuple(
+    {"int8": Int8Array, "int4": Int4Array, "float8": Float8Array, "bytea": ByteaArray}[name]
+    for name in COPY_TYPES
+)
 _CHUNK_WRITE = (
     f" chunks AS (INSERT INTO {CHUNKS} (series_id, {', '.join(CHUNK_COLUMNS)})"
-    f" SELECT * FROM unnest({', '.join(f'%(c{i})s' for i in range(len(CHUNK_COLUMNS) + 1))})"
+    f" SELECT * FROM unnest({', '.join(f'%(c{i})s' for i in range(len(_ARRAYS)))})"
     " WHERE EXISTS (SELECT FROM receipt))"
 )
 
@@ -242,10 +254,10 @@ def _bookkeep_postgresql(
     The run's row is locked first, as heartbeat and finish lock it before the process's row:
     a batch that took the process's row first could deadlock with its own agent's finish.
     The process's row is created if the agent's start never arrived."""
-    columns = list(zip(*rows, strict=True)) if rows else [()] * (len(CHUNK_COLUMNS) + 1)
+    columns = list(zip(*rows, strict=True)) if rows else [()] * len(_ARRAYS)
     arrays = {
-        **{f"c{i}": number_array(kind, columns[i]) for i, kind in enumerate(_ARRAYS)},
-        **{f"c{i}": bytea_array(columns[i]) for i in range(len(_ARRAYS), len(columns))},
+        f"c{i}": bytea_array(values) if kind is ByteaArray else number_array(kind, values)
+        for i, (kind, values) in enumerate(zip(_ARRAYS, columns, strict=True))
     }
     cursor.execute(
         f"WITH locked AS (SELECT id FROM {RUNS} WHERE id = %(run)s AND run_id = %(run_id)s"
