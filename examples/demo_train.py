@@ -2,14 +2,17 @@
 
     perf-agent attach --server http://127.0.0.1:8000 --token T -- python examples/demo_train.py
 
-Runs for `--minutes` (default 10) or `--steps`, whichever ends first; the script knows
-nothing about the agent.
+Runs for `--minutes` (default 10) or `--steps`, whichever ends first, or until SIGTERM or
+SIGINT, which end it after the current step, cleanly, the way a training script that can be
+preempted stops; the script knows nothing about the agent.
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
 import time
+from types import FrameType
 
 import torch
 from torch import nn
@@ -45,6 +48,21 @@ def build_model(features: int, hidden: int) -> nn.Module:
     )
 
 
+class StopRequest:
+    """Set by SIGTERM or SIGINT; the loop ends after the step it is in."""
+
+    def __init__(self) -> None:
+        self.signal_name = ""
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, self._handle)
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        self.signal_name = signal.Signals(signum).name
+
+    def __bool__(self) -> bool:
+        return bool(self.signal_name)
+
+
 def main() -> int:
     """Train until the time or step budget is spent; print the final loss."""
     parser = argparse.ArgumentParser(description=__doc__)
@@ -66,8 +84,9 @@ def main() -> int:
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     loss_fn = nn.MSELoss()
     deadline = time.monotonic() + args.minutes * 60
+    stop = StopRequest()
     step, loss = 0, torch.tensor(0.0)
-    while time.monotonic() < deadline and (not args.steps or step < args.steps):
+    while not stop and time.monotonic() < deadline and (not args.steps or step < args.steps):
         for x, y in loader:
             optimizer.zero_grad(set_to_none=True)
             loss = loss_fn(model(x), y)
@@ -76,9 +95,10 @@ def main() -> int:
             step += 1
             if step % 200 == 0:
                 print(f"step {step} loss {loss.item():.4f}", flush=True)
-            if time.monotonic() >= deadline or (args.steps and step >= args.steps):
+            if stop or time.monotonic() >= deadline or (args.steps and step >= args.steps):
                 break
-    print(f"done: {step} steps, final loss {loss.item():.4f}", flush=True)
+    stopped = f" (stopped by {stop.signal_name})" if stop else ""
+    print(f"done: {step} steps{stopped}, final loss {loss.item():.4f}", flush=True)
     return 0
 
 

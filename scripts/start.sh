@@ -27,4 +27,54 @@ cat <<MSG
   Ctrl-C stops everything.
 
 MSG
-exec .venv/bin/honcho start -f Procfile
+
+# Web, worker and beat run under honcho; the demo runs beside it. Each gets a session of its
+# own, so a Ctrl-C reaches only this script, which then stops them in order: the demo first,
+# while the web still takes its last batches and its finish, then honcho and its processes.
+stopping=""
+trap 'stopping=yes' INT TERM HUP
+setsid .venv/bin/honcho start -f Procfile &
+honcho_pid=$!
+demo_pid=""
+.venv/bin/python - "$PERF_AGENT_SERVER/login/" <<'PY' 2>/dev/null || true
+import sys, time, urllib.request
+deadline = time.monotonic() + 60
+while time.monotonic() < deadline:
+    try:
+        urllib.request.urlopen(sys.argv[1], timeout=2).close()
+        break
+    except OSError:
+        time.sleep(0.5)
+PY
+label() {  # honcho's style of output line; a Ctrl-C must not end it before the demo's last words
+    trap '' INT
+    local line
+    while IFS= read -r line; do printf '%(%H:%M:%S)T %-8s | %s\n' -1 "$1" "$line"; done
+}
+if [ -z "$stopping" ]; then
+    setsid .venv/bin/perf-agent attach --name demo-cpu-training -- \
+        .venv/bin/python examples/demo_train.py --minutes 30 \
+        > >(label demo.1) 2>&1 &
+    demo_pid=$!
+fi
+
+running() {  # alive and not yet a zombie
+    local stat
+    stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+    stat=${stat##*) }
+    [ "${stat%% *}" != Z ]
+}
+# Serve until asked to stop, or until honcho ends (it stops all when one of its processes exits).
+while [ -z "$stopping" ] && running "$honcho_pid"; do
+    wait "$honcho_pid" 2>/dev/null || true
+done
+trap '' INT TERM HUP
+echo "perfweb: stopping the demo run, then web, worker and beat"
+if [ -n "$demo_pid" ]; then
+    kill -TERM "$demo_pid" 2>/dev/null || true
+    for _ in $(seq 1 300); do running "$demo_pid" || break; sleep 0.1; done
+    kill -KILL -- "-$demo_pid" 2>/dev/null || true  # anything of the demo's left after 30 s
+    wait "$demo_pid" 2>/dev/null || true
+fi
+kill -TERM "$honcho_pid" 2>/dev/null || true
+wait "$honcho_pid" 2>/dev/null || true

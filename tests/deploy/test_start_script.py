@@ -1,0 +1,142 @@
+"""The README's first command, `bash scripts/start.sh`, run twice the way a user runs it.
+
+A Ctrl-C in a terminal sends SIGINT to the terminal's foreground process group: the script and
+whatever shares its group. The test does the same (`killpg` on the script's own session) and
+checks what the user sees afterwards: every process the script started has exited, and the
+demo run the script launched ended `finished` with exit code 0, because the server was still
+taking its last batches and its finish when the demo stopped. The second start reuses the
+database and the token and streams a second demo run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+from typing import IO
+
+import psutil
+
+from tests.processes import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+DEMO = "demo-cpu-training"
+
+
+def _runs(server: str, token: str) -> list[dict[str, object]]:
+    request = urllib.request.Request(
+        f"{server}/api/v1/runs", headers={"Authorization": f"Bearer {token}"}
+    )
+    with urllib.request.urlopen(request, timeout=5) as response:
+        return list(json.load(response)["runs"])
+
+
+def _wait_for_streaming_demo(
+    server: str, token_file: Path, *, runs_before: int, log: Path, deadline_s: float
+) -> tuple[str, dict[str, object]]:
+    """The token, and the newest demo run once it has recorded steps."""
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        try:
+            token = token_file.read_text().strip()
+            demos = [run for run in _runs(server, token) if run["name"] == DEMO]
+        except OSError:
+            demos = []
+        if len(demos) > runs_before:
+            newest = max(demos, key=lambda run: float(str(run["started_at"])))
+            if int(str(newest["steps"])) > 0:
+                return token, newest
+        time.sleep(0.5)
+    raise TimeoutError(f"no demo run streamed within {deadline_s:.0f} s\n{log.read_text()}")
+
+
+def _ctrl_c(start: subprocess.Popen[bytes], log: Path) -> list[psutil.Process]:
+    """Press Ctrl-C on the script; return the processes it had started."""
+    started = psutil.Process(start.pid).children(recursive=True)
+    os.killpg(start.pid, signal.SIGINT)
+    try:
+        start.wait(timeout=90)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"start.sh did not stop within 90 s\n{log.read_text()}") from None
+    return started
+
+
+def _alive(processes: list[psutil.Process], *, grace_s: float = 5.0) -> list[str]:
+    """The command lines of `processes` still running `grace_s` after the script exited."""
+    deadline = time.monotonic() + grace_s
+    while True:
+        alive = []
+        for process in processes:
+            try:
+                if process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
+                    alive.append(" ".join(process.cmdline()))
+            except psutil.NoSuchProcess:
+                continue
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.1)
+
+
+def _kill_all(start: subprocess.Popen[bytes], started: list[psutil.Process]) -> None:
+    """Clean up after a failed test: nothing the script started outlives it."""
+    for process in [*started, psutil.Process(start.pid)] if start.poll() is None else started:
+        try:
+            process.kill()
+        except psutil.NoSuchProcess:
+            continue
+
+
+def _start(env: dict[str, str], out: IO[bytes]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        ["bash", "scripts/start.sh"], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+        start_new_session=True,  # the script leads its own group, as a terminal's job does
+    )
+
+
+def test_start_twice_and_ctrl_c_ends_the_demo_run_and_every_process(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    port = free_port()
+    server = f"http://127.0.0.1:{port}"
+    env = {
+        key: value for key, value in os.environ.items()
+        if key not in ("DATABASE_URL", "REDIS_URL", "PERF_AGENT_SERVER", "PERF_AGENT_TOKEN")
+    }
+    env.update(PERFWEB_DATA_DIR=str(data), PERFWEB_PORT=str(port))
+    tokens: list[str] = []
+    demo_ids: list[object] = []
+    for attempt in range(2):
+        log = tmp_path / f"start-{attempt}.log"
+        started: list[psutil.Process] = []
+        with log.open("wb") as out:
+            start = _start(env, out)
+        try:
+            token, demo = _wait_for_streaming_demo(
+                server, data / "demo-token", runs_before=attempt, log=log, deadline_s=180
+            )
+            tokens.append(token)
+            demo_ids.append(demo["id"])
+            started = psutil.Process(start.pid).children(recursive=True)
+            commands = " ".join(" ".join(process.cmdline()) for process in started)
+            for program in ("honcho", "gunicorn", "celery -A perfweb worker",
+                            "celery -A perfweb beat", "perf-agent attach", "demo_train.py"):
+                assert program in commands
+            started = _ctrl_c(start, log)
+        finally:
+            _kill_all(start, started)
+        output = log.read_text()
+        assert _alive(started) == [], output
+        assert "done:" in output and "(stopped by SIGTERM)" in output, output
+
+    assert tokens[0] == tokens[1]  # the second start reused the token, and the database
+    with sqlite3.connect(data / "perfweb.sqlite3") as db:
+        rows = db.execute(
+            "SELECT run_id, status, exit_code, ended_at IS NOT NULL FROM runs_run"
+            " WHERE name = ? ORDER BY started_at", (DEMO,),
+        ).fetchall()
+    assert [run_id for run_id, *_ in rows] == demo_ids
+    assert [tuple(row[1:]) for row in rows] == [("finished", 0, 1), ("finished", 0, 1)]
