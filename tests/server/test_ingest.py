@@ -307,12 +307,20 @@ def test_it_stores_nothing_when_storing_fails_half_way(
     assert_nothing_stored()
 
 
+_GZIPPED = gzip.compress(b'{"run_id": "r", "agent_id": "a", "seq": 1}' * 50)
+
+
 @pytest.mark.parametrize(
     ("raw", "gzipped", "status", "message"),
     [
         (b"{not json", False, 400, "the body is not valid JSON"),
         (b"[1, 2]", False, 400, "the body is not an object"),
         (b"\x1f\x8b garbage", True, 400, "the body is not valid gzip"),
+        (_GZIPPED[:-8] + bytes([_GZIPPED[-8] ^ 1]) + _GZIPPED[-7:], True, 400,
+         "the body is not valid gzip"),  # its CRC is off by a bit
+        (_GZIPPED[:-4] + bytes([_GZIPPED[-4] ^ 1]) + _GZIPPED[-3:], True, 400,
+         "the body is not valid gzip"),  # its length is off by one
+        (_GZIPPED[:-12], True, 400, "the body is not valid gzip (truncated)"),
     ],
 )
 def test_it_rejects_a_body_it_cannot_read(
