@@ -266,7 +266,9 @@ def _typed_metrics(items: list[_Series]) -> SampleBlock | None:
     if len(items) > MAX_SERIES_PER_BATCH:
         return None
     try:
-        keys = [_series_key({"device": s.device, "name": s.name}, "") for s in items]
+        keys = [(s.device, s.name) for s in items]  # strings: msgspec checked their types
+        if not _GOOD_KEYS.issuperset(keys):
+            keys = [_series_key({"device": d, "name": n}, "") for d, n in keys]
         t, t_lengths = _column([s.t for s in items])
         v, v_lengths = _column([s.v for s in items])
     except Invalid:
