@@ -46,8 +46,8 @@ while time.monotonic() < deadline:
     except OSError:
         time.sleep(0.5)
 PY
-label() {  # honcho's style of output line; a Ctrl-C must not end it before the demo's last words
-    trap '' INT
+label() {  # honcho's style of output line; it ends when the demo's output does, never before:
+    trap '' INT TERM HUP  # a demo writing into a closed pipe would die mid-step
     local line
     while IFS= read -r line; do printf '%(%H:%M:%S)T %-8s | %s\n' -1 "$1" "$line"; done
 }

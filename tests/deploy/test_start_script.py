@@ -1,11 +1,12 @@
 """The README's first command, `bash scripts/start.sh`, run twice the way a user runs it.
 
 A Ctrl-C in a terminal sends SIGINT to the terminal's foreground process group: the script and
-whatever shares its group. The test does the same (`killpg` on the script's own session) and
-checks what the user sees afterwards: every process the script started has exited, and the
-demo run the script launched ended `finished` with exit code 0, because the server was still
-taking its last batches and its finish when the demo stopped. The second start reuses the
-database and the token and streams a second demo run.
+whatever shares its group; closing the terminal sends SIGHUP to it. The test does the same
+(`killpg` on the script's own session), once each, and checks what the user sees afterwards:
+every process the script started has exited, and the demo run the script launched ended
+`finished` with exit code 0, because the server was still taking its last batches and its
+finish when the demo stopped. The second start reuses the database and the token and streams
+a second demo run.
 """
 
 from __future__ import annotations
@@ -55,10 +56,12 @@ def _wait_for_streaming_demo(
     raise TimeoutError(f"no demo run streamed within {deadline_s:.0f} s\n{log.read_text()}")
 
 
-def _ctrl_c(start: subprocess.Popen[bytes], log: Path) -> list[psutil.Process]:
-    """Press Ctrl-C on the script; return the processes it had started."""
+def _signal_group(
+    start: subprocess.Popen[bytes], signum: signal.Signals, log: Path
+) -> list[psutil.Process]:
+    """Signal the script's group as a terminal does; return the processes it had started."""
     started = psutil.Process(start.pid).children(recursive=True)
-    os.killpg(start.pid, signal.SIGINT)
+    os.killpg(start.pid, signum)
     try:
         start.wait(timeout=90)
     except subprocess.TimeoutExpired:
@@ -98,7 +101,9 @@ def _start(env: dict[str, str], out: IO[bytes]) -> subprocess.Popen[bytes]:
     )
 
 
-def test_start_twice_and_ctrl_c_ends_the_demo_run_and_every_process(tmp_path: Path) -> None:
+def test_start_twice_and_ctrl_c_or_hangup_ends_the_demo_run_and_every_process(
+    tmp_path: Path,
+) -> None:
     data = tmp_path / "data"
     port = free_port()
     server = f"http://127.0.0.1:{port}"
@@ -109,7 +114,7 @@ def test_start_twice_and_ctrl_c_ends_the_demo_run_and_every_process(tmp_path: Pa
     env.update(PERFWEB_DATA_DIR=str(data), PERFWEB_PORT=str(port))
     tokens: list[str] = []
     demo_ids: list[object] = []
-    for attempt in range(2):
+    for attempt, signum in enumerate((signal.SIGINT, signal.SIGHUP)):  # Ctrl-C, terminal closed
         log = tmp_path / f"start-{attempt}.log"
         started: list[psutil.Process] = []
         with log.open("wb") as out:
@@ -125,7 +130,7 @@ def test_start_twice_and_ctrl_c_ends_the_demo_run_and_every_process(tmp_path: Pa
             for program in ("honcho", "gunicorn", "celery -A perfweb worker",
                             "celery -A perfweb beat", "perf-agent attach", "demo_train.py"):
                 assert program in commands
-            started = _ctrl_c(start, log)
+            started = _signal_group(start, signum, log)
         finally:
             _kill_all(start, started)
         output = log.read_text()
