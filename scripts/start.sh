@@ -11,6 +11,11 @@ source scripts/install.sh
 export PERFWEB_PORT="${PERFWEB_PORT:-8000}"
 export DEBUG="${DEBUG:-true}"
 export PYTHONUNBUFFERED=1
+if (exec 3<>"/dev/tcp/127.0.0.1/$PERFWEB_PORT") 2>/dev/null; then
+    echo "perfweb: port $PERFWEB_PORT is taken (is perfweb running already?);" \
+        "another port: PERFWEB_PORT=8001 bash scripts/start.sh" >&2
+    exit 1
+fi
 
 .venv/bin/python manage.py migrate --no-input -v 0
 token_line=$(.venv/bin/python manage.py bootstrap --user demo --password demo --project demo \
@@ -31,45 +36,45 @@ MSG
 # Web, worker and beat run under honcho; the demo runs beside it. Each gets a session of its
 # own, so a Ctrl-C reaches only this script, which then stops them in order: the demo first,
 # while the web still takes its last batches and its finish, then honcho and its processes.
-stopping=""
-trap 'stopping=yes' INT TERM HUP
-setsid .venv/bin/honcho start -f Procfile &
-honcho_pid=$!
-demo_pid=""
-.venv/bin/python - "$PERF_AGENT_SERVER/login/" <<'PY' 2>/dev/null || true
-import sys, time, urllib.request
-deadline = time.monotonic() + 60
-while time.monotonic() < deadline:
-    try:
-        urllib.request.urlopen(sys.argv[1], timeout=2).close()
-        break
-    except OSError:
-        time.sleep(0.5)
-PY
-label() {  # honcho's style of output line; it ends when the demo's output does, never before:
-    trap '' INT TERM HUP  # a demo writing into a closed pipe would die mid-step
-    local line
-    while IFS= read -r line; do printf '%(%H:%M:%S)T %-8s | %s\n' -1 "$1" "$line"; done
-}
-if [ -z "$stopping" ]; then
-    setsid .venv/bin/perf-agent attach --name demo-cpu-training -- \
-        .venv/bin/python examples/demo_train.py --minutes 30 \
-        > >(label demo.1) 2>&1 &
-    demo_pid=$!
-fi
-
 running() {  # alive and not yet a zombie
     local stat
     stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
     stat=${stat##*) }
     [ "${stat%% *}" != Z ]
 }
+label() {  # honcho's style of output line; it ends when the demo's output does, never before:
+    trap '' INT TERM HUP  # a demo writing into a closed pipe would die mid-step
+    local line
+    while IFS= read -r line; do printf '%(%H:%M:%S)T %-8s | %s\n' -1 "$1" "$line"; done
+}
+
+stopping=""
+trap 'stopping=yes' INT TERM HUP
+setsid .venv/bin/honcho start -f Procfile &
+honcho_pid=$!
+for _ in $(seq 1 120); do  # the demo starts once the web listens (the agent would retry anyway)
+    [ -z "$stopping" ] && running "$honcho_pid" || break
+    (exec 3<>"/dev/tcp/127.0.0.1/$PERFWEB_PORT") 2>/dev/null && break
+    sleep 0.5
+done
+demo_pid=""
+if [ -z "$stopping" ] && running "$honcho_pid"; then
+    setsid .venv/bin/perf-agent attach --name demo-cpu-training -- \
+        .venv/bin/python examples/demo_train.py --minutes 30 \
+        > >(label demo.1) 2>&1 &
+    demo_pid=$!
+fi
+
 # Serve until asked to stop, or until honcho ends (it stops all when one of its processes exits).
 while [ -z "$stopping" ] && running "$honcho_pid"; do
     wait "$honcho_pid" 2>/dev/null || true
 done
 trap '' INT TERM HUP
-echo "perfweb: stopping the demo run, then web, worker and beat"
+if [ -n "$stopping" ]; then
+    echo "perfweb: stopping the demo run, then web, worker and beat"
+else
+    echo "perfweb: web, worker or beat ended (see above): stopping the demo run" >&2
+fi
 if [ -n "$demo_pid" ]; then
     kill -TERM "$demo_pid" 2>/dev/null || true
     for _ in $(seq 1 300); do running "$demo_pid" || break; sleep 0.1; done
@@ -78,3 +83,4 @@ if [ -n "$demo_pid" ]; then
 fi
 kill -TERM "$honcho_pid" 2>/dev/null || true
 wait "$honcho_pid" 2>/dev/null || true
+[ -n "$stopping" ]  # stopped as asked: 0; a process of honcho's ended by itself: 1

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import sqlite3
 import subprocess
 import time
@@ -101,17 +102,32 @@ def _start(env: dict[str, str], out: IO[bytes]) -> subprocess.Popen[bytes]:
     )
 
 
+def _env(data: Path, port: int) -> dict[str, str]:
+    """The user's environment, with the embedded defaults (SQLite, no Redis) in `data`, and
+    the agents' spill directory (what they could not send) in data/spill."""
+    env = {
+        key: value for key, value in os.environ.items()
+        if key not in ("DATABASE_URL", "REDIS_URL", "PERF_AGENT_SERVER", "PERF_AGENT_TOKEN")
+    }
+    env.update(
+        PERFWEB_DATA_DIR=str(data), PERFWEB_PORT=str(port),
+        PERF_AGENT_SPILL_DIR=str(data / "spill"),
+    )
+    return env
+
+
+def _spilled(data: Path) -> list[Path]:
+    spill = data / "spill"
+    return [path for path in spill.rglob("*") if path.is_file()] if spill.exists() else []
+
+
 def test_start_twice_and_ctrl_c_or_hangup_ends_the_demo_run_and_every_process(
     tmp_path: Path,
 ) -> None:
     data = tmp_path / "data"
     port = free_port()
     server = f"http://127.0.0.1:{port}"
-    env = {
-        key: value for key, value in os.environ.items()
-        if key not in ("DATABASE_URL", "REDIS_URL", "PERF_AGENT_SERVER", "PERF_AGENT_TOKEN")
-    }
-    env.update(PERFWEB_DATA_DIR=str(data), PERFWEB_PORT=str(port))
+    env = _env(data, port)
     tokens: list[str] = []
     demo_ids: list[object] = []
     for attempt, signum in enumerate((signal.SIGINT, signal.SIGHUP)):  # Ctrl-C, terminal closed
@@ -134,7 +150,9 @@ def test_start_twice_and_ctrl_c_or_hangup_ends_the_demo_run_and_every_process(
         finally:
             _kill_all(start, started)
         output = log.read_text()
+        assert start.returncode == 0, output
         assert _alive(started) == [], output
+        assert _spilled(data) == [], output  # every batch and the finish were stored
         assert "done:" in output and "(stopped by SIGTERM)" in output, output
 
     assert tokens[0] == tokens[1]  # the second start reused the token, and the database
@@ -145,3 +163,44 @@ def test_start_twice_and_ctrl_c_or_hangup_ends_the_demo_run_and_every_process(
         ).fetchall()
     assert [run_id for run_id, *_ in rows] == demo_ids
     assert [tuple(row[1:]) for row in rows] == [("finished", 0, 1), ("finished", 0, 1)]
+
+
+def test_a_taken_port_is_named_and_nothing_starts(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run(
+            ["bash", "scripts/start.sh"], cwd=ROOT, env=_env(tmp_path / "data", port),
+            capture_output=True, text=True, timeout=120,
+        )
+    assert result.returncode == 1
+    assert f"perfweb: port {port} is taken" in result.stderr
+    assert "perfweb is starting" not in result.stdout
+    assert not (tmp_path / "data" / "perfweb.sqlite3").exists()
+
+
+def test_when_the_web_dies_the_script_stops_the_rest_and_fails(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    port = free_port()
+    log = tmp_path / "start.log"
+    started: list[psutil.Process] = []
+    with log.open("wb") as out:
+        start = _start(_env(data, port), out)
+    try:
+        _wait_for_streaming_demo(
+            f"http://127.0.0.1:{port}", data / "demo-token", runs_before=0, log=log,
+            deadline_s=180,
+        )
+        started = psutil.Process(start.pid).children(recursive=True)
+        gunicorns = [p for p in started if p.cmdline()[1:2] == [".venv/bin/gunicorn"]]
+        master = next(p for p in gunicorns if p.parent() not in gunicorns)  # not a worker
+        master.kill()
+        start.wait(timeout=90)
+    finally:
+        _kill_all(start, started)
+    output = log.read_text()
+    assert start.returncode == 1, output
+    assert "perfweb: web, worker or beat ended (see above): stopping the demo run" in output
+    assert _alive(started) == [], output
+    assert _spilled(data), output  # the demo's last batches and its finish, kept for upload
