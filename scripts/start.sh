@@ -11,7 +11,8 @@ source scripts/install.sh
 export PERFWEB_PORT="${PERFWEB_PORT:-8000}"
 export DEBUG="${DEBUG:-true}"
 export PYTHONUNBUFFERED=1
-if (exec 3<>"/dev/tcp/127.0.0.1/$PERFWEB_PORT") 2>/dev/null; then
+listening() { (exec 3<>"/dev/tcp/127.0.0.1/$PERFWEB_PORT") 2>/dev/null; }
+if listening; then
     echo "perfweb: port $PERFWEB_PORT is taken (is perfweb running already?);" \
         "another port: PERFWEB_PORT=8001 bash scripts/start.sh" >&2
     exit 1
@@ -54,7 +55,7 @@ setsid .venv/bin/honcho start -f Procfile &
 honcho_pid=$!
 for _ in $(seq 1 120); do  # the demo starts once the web listens (the agent would retry anyway)
     [ -z "$stopping" ] && running "$honcho_pid" || break
-    (exec 3<>"/dev/tcp/127.0.0.1/$PERFWEB_PORT") 2>/dev/null && break
+    listening && break
     sleep 0.5
 done
 demo_pid=""

@@ -57,17 +57,11 @@ def _wait_for_streaming_demo(
     raise TimeoutError(f"no demo run streamed within {deadline_s:.0f} s\n{log.read_text()}")
 
 
-def _signal_group(
-    start: subprocess.Popen[bytes], signum: signal.Signals, log: Path
-) -> list[psutil.Process]:
-    """Signal the script's group as a terminal does; return the processes it had started."""
-    started = psutil.Process(start.pid).children(recursive=True)
-    os.killpg(start.pid, signum)
+def _wait_for_exit(start: subprocess.Popen[bytes], log: Path) -> None:
     try:
         start.wait(timeout=90)
     except subprocess.TimeoutExpired:
         raise AssertionError(f"start.sh did not stop within 90 s\n{log.read_text()}") from None
-    return started
 
 
 def _alive(processes: list[psutil.Process], *, grace_s: float = 5.0) -> list[str]:
@@ -146,7 +140,8 @@ def test_start_twice_and_ctrl_c_or_hangup_ends_the_demo_run_and_every_process(
             for program in ("honcho", "gunicorn", "celery -A perfweb worker",
                             "celery -A perfweb beat", "perf-agent attach", "demo_train.py"):
                 assert program in commands
-            started = _signal_group(start, signum, log)
+            os.killpg(start.pid, signum)  # as the terminal does
+            _wait_for_exit(start, log)
         finally:
             _kill_all(start, started)
         output = log.read_text()
@@ -196,7 +191,7 @@ def test_when_the_web_dies_the_script_stops_the_rest_and_fails(tmp_path: Path) -
         gunicorns = [p for p in started if p.cmdline()[1:2] == [".venv/bin/gunicorn"]]
         master = next(p for p in gunicorns if p.parent() not in gunicorns)  # not a worker
         master.kill()
-        start.wait(timeout=90)
+        _wait_for_exit(start, log)
     finally:
         _kill_all(start, started)
     output = log.read_text()
