@@ -86,7 +86,11 @@ def main() -> int:
     deadline = time.monotonic() + args.minutes * 60
     stop = StopRequest()
     step, loss = 0, torch.tensor(0.0)
-    while not stop and time.monotonic() < deadline and (not args.steps or step < args.steps):
+
+    def done() -> bool:
+        return bool(stop) or time.monotonic() >= deadline or bool(args.steps and step >= args.steps)
+
+    while not done():
         for x, y in loader:
             optimizer.zero_grad(set_to_none=True)
             loss = loss_fn(model(x), y)
@@ -95,7 +99,7 @@ def main() -> int:
             step += 1
             if step % 200 == 0:
                 print(f"step {step} loss {loss.item():.4f}", flush=True)
-            if stop or time.monotonic() >= deadline or (args.steps and step >= args.steps):
+            if done():
                 break
     stopped = f" (stopped by {stop.signal_name})" if stop else ""
     print(f"done: {step} steps{stopped}, final loss {loss.item():.4f}", flush=True)

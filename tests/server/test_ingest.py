@@ -310,16 +310,19 @@ def test_it_stores_nothing_when_storing_fails_half_way(
 _GZIPPED = gzip.compress(b'{"run_id": "r", "agent_id": "a", "seq": 1}' * 50)
 
 
+def _flipped(blob: bytes, at: int) -> bytes:
+    """`blob` with the lowest bit of its byte `at` flipped."""
+    return blob[:at] + bytes([blob[at] ^ 1]) + blob[at:][1:]
+
+
 @pytest.mark.parametrize(
     ("raw", "gzipped", "status", "message"),
     [
         (b"{not json", False, 400, "the body is not valid JSON"),
         (b"[1, 2]", False, 400, "the body is not an object"),
         (b"\x1f\x8b garbage", True, 400, "the body is not valid gzip"),
-        (_GZIPPED[:-8] + bytes([_GZIPPED[-8] ^ 1]) + _GZIPPED[-7:], True, 400,
-         "the body is not valid gzip"),  # its CRC is off by a bit
-        (_GZIPPED[:-4] + bytes([_GZIPPED[-4] ^ 1]) + _GZIPPED[-3:], True, 400,
-         "the body is not valid gzip"),  # its length is off by one
+        (_flipped(_GZIPPED, -8), True, 400, "the body is not valid gzip"),  # CRC off by a bit
+        (_flipped(_GZIPPED, -4), True, 400, "the body is not valid gzip"),  # length off by one
         (_GZIPPED[:-12], True, 400, "the body is not valid gzip (truncated)"),
     ],
 )
