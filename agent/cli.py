@@ -1,4 +1,4 @@
-"""The `perf-agent` command: attach, upload, doctor."""
+"""The `perf-agent` command: attach, upload, doctor, ab, runner."""
 
 from __future__ import annotations
 
@@ -31,7 +31,10 @@ def _parser() -> argparse.ArgumentParser:
     upload.add_argument("--token")
     upload.add_argument("--delete", action="store_true", help="remove files once stored")
 
-    doctor = sub.add_parser("doctor", help="what the agent would see on this machine")
+    doctor = sub.add_parser(
+        "doctor",
+        help="what the agent would see on this machine; exit 1 if the server or token fails",
+    )
     doctor.add_argument("--server")
     doctor.add_argument("--token")
     abcli.register(sub)
@@ -85,9 +88,10 @@ def _doctor(args: argparse.Namespace) -> int:
     from agent.doctor import doctor
 
     settings = load_settings(server=args.server, token=args.token)
-    for line in doctor(settings.server, settings.token):
+    report = doctor(settings.server, settings.token)
+    for line in report.lines:
         print(line)
-    return 0
+    return 1 if report.server_failed else 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,7 +4,23 @@ from __future__ import annotations
 
 import sys
 
-from recommender.cli import main
+# What the recommender extra installs; an install with the agent extra only lacks them.
+EXTRA_MODULES = frozenset({"orjson", "msgspec", "numpy"})
+
+
+def _run() -> int:
+    try:
+        from recommender.cli import main
+    except ModuleNotFoundError as error:
+        if error.name not in EXTRA_MODULES:
+            raise
+        sys.stderr.write(
+            f"python -m recommender needs the recommender extra ({error.name} is missing): "
+            "pip install 'perfweb[recommender]'\n"
+        )
+        return 2
+    return main()
+
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_run())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from agent import protocol
 from agent.config import load_settings, settings_env
 from agent.doctor import doctor, server_lines
 from agent.process import ProcessCollector, ProcfsSource, PsutilSource
-from tests.agent.conftest import attach, online, write_script
+from tests.agent.conftest import ROOT, attach, online, write_script
 from tests.agent.fakeserver import TOKEN, FakeServer
 from tests.agent.nvml_fixtures import H100_LOAD, RecordedNvml
 
@@ -81,14 +82,38 @@ def test_bad_settings_fall_back_to_defaults_instead_of_raising() -> None:
 
 
 def test_doctor_says_what_it_sees_in_a_few_lines(server: FakeServer) -> None:
-    lines = doctor(server.url, TOKEN, query=RecordedNvml([H100_LOAD]))
-    text = "\n".join(lines)
+    report = doctor(server.url, TOKEN, query=RecordedNvml([H100_LOAD]))
+    text = "\n".join(report.lines)
+    assert not report.server_failed
     assert "NVML: driver 590.48.01, 1 GPU(s)" in text
     assert "gpu:0: NVIDIA H100 80GB HBM3, 80 GiB" in text
     assert "torch: 2." in text
     assert "reachable; token valid" in text
     assert "token rejected" in server_lines(server.url, "nope")[0]
     assert "unreachable" in server_lines("http://127.0.0.1:9", TOKEN)[0]
+
+
+def _doctor_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PERF_AGENT_")}
+    return subprocess.run(
+        [sys.executable, "-m", "agent.cli", "doctor", *args],
+        env=env, capture_output=True, text=True, timeout=60, cwd=ROOT,
+    )
+
+
+@pytest.mark.slow
+def test_doctor_exits_1_when_the_server_fails_so_it_can_gate_a_job_script(
+    server: FakeServer,
+) -> None:
+    healthy = _doctor_cli("--server", server.url, "--token", TOKEN)
+    assert healthy.returncode == 0, healthy.stdout + healthy.stderr
+    assert "token valid" in healthy.stdout
+    rejected = _doctor_cli("--server", server.url, "--token", "nope")
+    assert rejected.returncode == 1 and "token rejected" in rejected.stdout
+    unreachable = _doctor_cli("--server", "http://127.0.0.1:9", "--token", TOKEN)
+    assert unreachable.returncode == 1 and "unreachable" in unreachable.stdout
+    no_server = _doctor_cli()
+    assert no_server.returncode == 0 and "none configured" in no_server.stdout
 
 
 TORCHRUN_SCRIPT = """

@@ -126,3 +126,23 @@ def test_every_peer_trace_is_analysed_without_error(peer: Path) -> None:
         report = analyze_path(path)
         assert len(report.traces) == 1
         json.dumps(report.as_json())  # JSON-serialisable as it is
+
+
+@pytest.mark.parametrize("missing", ["orjson", "msgspec", "numpy"])
+def test_it_names_the_extra_to_install_when_the_recommender_extra_is_missing(
+    missing: str, tmp_path: Path
+) -> None:
+    # As in an install with the agent extra only: the module cannot be imported.
+    hide = (
+        f"import runpy, sys; sys.modules[{missing!r}] = None; "
+        "sys.argv = ['recommender', 'analyze', 'trace.json']; "
+        "runpy.run_module('recommender', run_name='__main__')"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", hide], capture_output=True, text=True, cwd=REPO, timeout=120
+    )
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.splitlines() == [
+        f"python -m recommender needs the recommender extra ({missing} is missing): "
+        "pip install 'perfweb[recommender]'"
+    ]
