@@ -65,6 +65,7 @@ INSTALLED_APPS = [
     "perfweb.alerts",
     "perfweb.jobs",
     "perfweb.diagnostics",
+    "perfweb.fleet",
 ]
 
 MIDDLEWARE = [

@@ -18,6 +18,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 PERFWEB_SERVICES = ("web", "worker", "beat")
+MONITORING_SERVICES = ("prometheus", "grafana")  # profile `monitoring` only
 
 
 def _compose() -> dict:
@@ -62,7 +63,7 @@ def _resolved_environment(service: dict) -> dict[str, str]:
 
 def test_it_defines_the_production_services() -> None:
     services = _compose()["services"]
-    assert set(services) == {"postgres", "redis", *PERFWEB_SERVICES}
+    assert set(services) == {"postgres", "redis", *PERFWEB_SERVICES, *MONITORING_SERVICES}
     images = {services[name]["image"] for name in PERFWEB_SERVICES}
     assert images == {"perfweb:latest"}, "web, worker and beat must run one image"
     assert "gunicorn perfweb.wsgi" in services["web"]["command"]
@@ -111,3 +112,20 @@ def test_the_procfile_runs_the_same_programs() -> None:
     assert "gunicorn perfweb.wsgi" in lines["web"]
     assert "celery -A perfweb worker" in lines["worker"]
     assert "celery -A perfweb beat" in lines["beat"]
+
+
+def test_the_monitoring_profile_scrapes_metrics_with_a_token_and_provisions_grafana() -> None:
+    services = _compose()["services"]
+    for name in MONITORING_SERVICES:
+        assert services[name]["profiles"] == ["monitoring"]  # `up` alone starts neither
+    mounts = {m.split(":")[1]: m.split(":")[0] for m in services["prometheus"]["volumes"]}
+    config = yaml.safe_load((ROOT / mounts["/etc/prometheus/prometheus.yml"]).read_text())
+    (job,) = config["scrape_configs"]
+    assert job["metrics_path"] == "/metrics"
+    assert job["static_configs"][0]["targets"] == ["web:8000"]
+    assert job["authorization"]["credentials_file"] in mounts  # the token file is mounted
+    web_hosts = services["web"]["environment"]["ALLOWED_HOSTS"]
+    assert "web" in web_hosts.split(":-")[1].rstrip("}").split(",")  # the scrape's Host
+    grafana = {m.split(":")[1]: m.split(":")[0] for m in services["grafana"]["volumes"]}
+    assert (ROOT / grafana["/etc/grafana/provisioning"] / "datasources").is_dir()
+    assert list((ROOT / grafana["/var/lib/grafana/dashboards"]).glob("*.json"))

@@ -1,0 +1,1 @@
+"""Fleet views of a project: the Prometheus export of its live runs."""

@@ -1,0 +1,134 @@
+"""The latest state of a project's live runs, as plain numbers: what the Prometheus export
+shows. Reads the stored series through the alert evaluator's batched reader (two queries for
+all runs), so a scrape costs the same whatever the number of runs."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+from django.db.models import Count
+from django.utils import timezone
+
+from agent.protocol import STEP_DATA_WAIT, STEP_DURATION
+from perfweb.alerts.conditions import Series
+from perfweb.alerts.samples import recent_samples
+from perfweb.diagnostics.models import Finding
+from perfweb.projects.models import Project
+from perfweb.runs.models import Run
+
+# stored metric -> (exported name, help). Gauges of the latest sample of each device.
+LATEST_GAUGES: dict[str, tuple[str, str]] = {
+    "gpu.utilization": ("perfweb_gpu_utilization_percent", "GPU busy time (NVML), percent"),
+    "gpu.memory_used": ("perfweb_gpu_memory_used_bytes", "GPU memory in use (NVML), bytes"),
+    "gpu.power": ("perfweb_gpu_power_watts", "GPU power draw (NVML), watts"),
+    "gpu.temperature": ("perfweb_gpu_temperature_celsius", "GPU temperature (NVML), °C"),
+    "gpu.sm_clock": ("perfweb_gpu_sm_clock_mhz", "GPU SM clock (NVML), MHz"),
+    "process.cpu_percent": ("perfweb_process_cpu_percent", "process CPU, percent of one core"),
+    "process.rss": ("perfweb_process_rss_bytes", "process resident memory, bytes"),
+}
+LATEST_WINDOW_S = 120.0  # a device silent for longer is not reported
+STEP_WINDOW_S = 60.0  # step time, data-wait share and latency percentiles are over this
+QUANTILES = (0.5, 0.95, 0.99)
+_DEVICE = re.compile(r"^(?P<kind>gpu|process|workers|rank):(?P<index>\d+)(?::(?P<node>.+))?$")
+
+
+@dataclass(frozen=True)
+class RunLabels:
+    run: str
+    run_name: str
+    host: str
+    kind: str  # training | inference | unknown
+
+
+@dataclass
+class DeviceValue:
+    run: RunLabels
+    device: str
+    gpu: str
+    rank: str
+    value: float
+
+
+@dataclass
+class StepStats:
+    run: RunLabels
+    rank: str
+    quantiles: dict[float, float]
+    data_wait_share: float | None
+
+
+@dataclass
+class Snapshot:
+    project: str
+    runs: list[RunLabels] = field(default_factory=list)
+    runs_by_status: dict[str, int] = field(default_factory=dict)
+    latest: dict[str, list[DeviceValue]] = field(default_factory=dict)  # by stored metric
+    steps: list[StepStats] = field(default_factory=list)
+    findings: list[tuple[RunLabels, str, str, float]] = field(default_factory=list)
+
+
+def device_labels(device: str) -> tuple[str, str]:
+    """(gpu, rank) label values of a stored device key: `gpu:1` → ("1", ""),
+    `process:3` / `rank:3` → ("", "3"); other keys → ("", "")."""
+    match = _DEVICE.match(device)
+    if match is None:
+        return "", ""
+    if match["kind"] == "gpu":
+        return match["index"], ""
+    return "", match["index"]
+
+
+def fleet_snapshot(*, project: Project, now: float | None = None) -> Snapshot:
+    """The project's running runs: latest device values, step statistics and findings."""
+    end = timezone.now().timestamp() if now is None else now
+    snapshot = Snapshot(project=project.name)
+    counts = Run.objects.filter(project=project).values_list("status").annotate(n=Count("id"))
+    snapshot.runs_by_status = {status: n for status, n in counts}
+    live = list(Run.objects.filter(project=project, status=Run.RUNNING).order_by("id"))
+    labels = {run.id: _labels(run) for run in live}
+    snapshot.runs = list(labels.values())
+    names = [*LATEST_GAUGES, STEP_DURATION, STEP_DATA_WAIT]
+    recent = recent_samples(run_ids=labels, names=names, start=end - LATEST_WINDOW_S, end=end)
+    for run_id, series in sorted(recent.items()):
+        run = labels[run_id]
+        for (device, name), samples in sorted(series.items()):
+            if name in LATEST_GAUGES and samples.v:
+                gpu, rank = device_labels(device)
+                value = DeviceValue(run, device, gpu, rank, samples.v[-1])
+                snapshot.latest.setdefault(name, []).append(value)
+            elif name == STEP_DURATION:
+                waits = series.get((device, STEP_DATA_WAIT))
+                stats = _step_stats(run, device, samples, waits, end)
+                if stats is not None:
+                    snapshot.steps.append(stats)
+    rows = Finding.objects.filter(run_id__in=labels).order_by("run_id", "rank")
+    columns = ("run_id", "rule_id", "risk", "estimated_gain")
+    for run_id, rule_id, risk, gain in rows.values_list(*columns):
+        snapshot.findings.append((labels[run_id], rule_id, risk, gain))
+    return snapshot
+
+
+def _labels(run: Run) -> RunLabels:
+    kind = run.facts.get("workload.kind") if isinstance(run.facts, dict) else None
+    return RunLabels(
+        run=run.run_id, run_name=run.name, host=run.host,
+        kind=kind if kind in ("training", "inference") else "unknown",
+    )
+
+
+def _step_stats(
+    run: RunLabels, device: str, samples: Series, waits: Series | None, end: float
+) -> StepStats | None:
+    t, durations = np.asarray(samples.t), np.asarray(samples.v)
+    durations = durations[t >= end - STEP_WINDOW_S]
+    if durations.size == 0:
+        return None
+    quantiles = {q: float(np.quantile(durations, q)) for q in QUANTILES}
+    share = None
+    total = float(durations.sum())
+    if waits is not None and waits.v and total > 0:
+        wait_t, wait_v = np.asarray(waits.t), np.asarray(waits.v)
+        share = min(float(wait_v[wait_t >= end - STEP_WINDOW_S].sum()) / total, 1.0)
+    return StepStats(run, device_labels(device)[1], quantiles, share)
