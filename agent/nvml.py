@@ -7,7 +7,7 @@ that raises `Unsupported` (or any NVML error) for a GPU is not asked again for t
 a MIG-enabled GPU that has no utilisation counter simply reports none — nothing is invented.
 
 Per GPU per tick: one field-values call (instant power, PCIe byte counters), then the
-utilisation, memory, temperature, SM clock and clocks-event reasons. Handles are cached;
+utilisation, memory, temperature, SM clock, clocks-event reasons and the energy counter. Handles are cached;
 the process list is read every `process_every` ticks; GPM metrics where supported.
 """
 
@@ -164,6 +164,9 @@ class NvmlCollector:
             value = self._ask(gpu, op)
             if value is not None:
                 values[name] = value
+        energy = self._ask(gpu, "total_energy")  # mJ since the driver loaded (Volta+)
+        if energy is not None:
+            values["gpu.energy"] = energy / 1000.0
         if read_processes:
             gpu.process_memory = self._process_memory(gpu)
         if gpu.process_memory is not None:

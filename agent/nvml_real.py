@@ -96,6 +96,7 @@ def make_query(nvml: Any) -> Callable[..., Any]:
         "temperature": lambda h: nvml.nvmlDeviceGetTemperature(h, nvml.NVML_TEMPERATURE_GPU),
         "sm_clock": lambda h: nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_SM),
         "clocks_event_reasons": nvml.nvmlDeviceGetCurrentClocksEventReasons,
+        "total_energy": nvml.nvmlDeviceGetTotalEnergyConsumption,
         "processes": lambda h: _processes(nvml, h),
         "gpm_supported": lambda h: _gpm_supported(nvml, h),
         "gpm_sample": lambda h: _gpm_sample(nvml, h),

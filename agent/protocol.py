@@ -48,6 +48,7 @@ METRICS: dict[str, str] = {
     "gpu.memory_utilization": "%",
     "gpu.memory_used": "bytes",
     "gpu.power": "W",
+    "gpu.energy": "J",  # the GPU's energy counter since its driver loaded (NVML)
     "gpu.temperature": "°C",
     "gpu.sm_clock": "MHz",
     "gpu.pcie_tx": "bytes/s",

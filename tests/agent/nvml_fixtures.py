@@ -56,6 +56,7 @@ class RecordedNvml:
         self.pcie_tx = 0.0
         self.pcie_rx = 0.0
         self.gpm_counter = 0
+        self.energy_mj = 3.6e9  # a synthetic counter: 1 kWh already used when first read
 
     def __call__(self, op: str, *args: Any) -> Any:
         self.calls[op] += 1
@@ -74,6 +75,11 @@ class RecordedNvml:
             self.pcie_tx += 2e9  # 2 GB more per call
             self.pcie_rx += 1e9
             return [gpu["power_mw"], self.pcie_tx, self.pcie_rx]
+        if op == "total_energy":
+            if gpu["mig_mode"]:
+                raise NotSupported(op)
+            self.energy_mj += gpu["power_mw"]  # one second at the recorded power per call
+            return self.energy_mj
         if op == "gpm_sample":
             self.gpm_counter += 1
             return self.gpm_counter

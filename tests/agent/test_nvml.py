@@ -42,6 +42,10 @@ def test_it_reads_an_h100_under_load() -> None:
     assert second[("gpu:0", "gpu.pcie_rx")] == pytest.approx(1e9)
     assert second[("gpu:0", "gpu.sm_active")] == 97.5
     assert second[("gpu:0", "gpu.tensor_active")] == 61.0
+    # the energy counter, mJ in NVML, in joules: one second at 625.68 W between the readings
+    assert second[("gpu:0", "gpu.energy")] - first[("gpu:0", "gpu.energy")] == pytest.approx(
+        625.68
+    )
 
 
 def test_one_field_values_call_per_gpu_per_tick_handles_cached_processes_less_often() -> None:
@@ -62,6 +66,7 @@ def test_a_mig_gpu_reports_what_it_has_and_never_a_utilisation() -> None:
     names = {name for _, name in samples}
     assert "gpu.utilization" not in names and "gpu.memory_utilization" not in names
     assert "gpu.sm_active" not in names  # no GPM there either
+    assert "gpu.energy" not in names  # no energy counter on this one
     assert samples[("gpu:0", "gpu.memory_used")] == 11125 * MIB
     assert samples[("gpu:0", "gpu.power")] == pytest.approx(438.0)
     assert query.calls["utilization"] == 1  # unsupported once, not asked again
@@ -115,6 +120,7 @@ def test_the_real_query_maps_onto_the_installed_pynvml() -> None:
 
     for _, constant in GPM_METRICS:
         assert hasattr(pynvml, constant)
+    assert hasattr(pynvml, "nvmlDeviceGetTotalEnergyConsumption")
     query = make_query(pynvml)
     with pytest.raises(KeyError):
         query("no_such_op")
