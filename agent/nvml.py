@@ -7,8 +7,9 @@ that raises `Unsupported` (or any NVML error) for a GPU is not asked again for t
 a MIG-enabled GPU that has no utilisation counter simply reports none — nothing is invented.
 
 Per GPU per tick: one field-values call (instant power, PCIe byte counters), then the
-utilisation, memory, temperature, SM clock, clocks-event reasons and the energy counter. Handles are cached;
-the process list is read every `process_every` ticks; GPM metrics where supported.
+utilisation, memory, temperature, SM clock, clocks-event reasons and the energy counter.
+Handles are cached; the process list is read every `process_every` ticks; GPM metrics where
+supported.
 """
 
 from __future__ import annotations
