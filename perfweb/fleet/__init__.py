@@ -1,1 +1,2 @@
-"""Fleet views of a project: the Prometheus export of its live runs."""
+"""Fleet views: GPU-hours wasted and what they cost (the waste page and API), and the
+Prometheus export of live runs (/metrics)."""

@@ -4,4 +4,10 @@ from django.urls import path
 
 from perfweb.fleet import views
 
-urlpatterns = [path("metrics", views.metrics, name="metrics")]
+app_name = "fleet"
+
+urlpatterns = [
+    path("metrics", views.metrics, name="metrics"),
+    path("fleet/", views.waste_page, name="waste"),
+    path("fleet/prices", views.price_save, name="price_save"),
+]

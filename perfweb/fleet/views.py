@@ -1,15 +1,30 @@
-"""`GET /metrics` with a project token: that project's live runs for Prometheus to scrape."""
+"""Fleet views: `/metrics` for Prometheus, the waste page and its read-API twin, and a
+project's GPU prices. Thin: parse, call one function, answer."""
 
 from __future__ import annotations
 
-from django.http import HttpRequest, HttpResponse
-from django.views.decorators.http import require_GET
+import re
+
+from django.contrib.auth.decorators import login_required
+from django.db.models import QuerySet
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_POST
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from perfweb.api.auth import bearer_project
-from perfweb.api.http import error_response
+from perfweb.api.auth import bearer_project, runs_required
+from perfweb.api.http import error_response, json_response
+from perfweb.fleet import conf, services
 from perfweb.fleet.exporter import exposition
+from perfweb.fleet.models import GpuPrice
+from perfweb.fleet.selectors import WINDOWS, waste_report
 from perfweb.fleet.snapshot import fleet_snapshot
+from perfweb.projects.selectors import project_list_for_user
+from perfweb.runs.models import Run
+from perfweb.runs.selectors import run_queryset
+
+TAG_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 
 
 @require_GET
@@ -19,3 +34,67 @@ def metrics(request: HttpRequest) -> HttpResponse:
         return error_response("send a project token: Authorization: Bearer <token>", 401)
     body = exposition(fleet_snapshot(project=project))
     return HttpResponse(body, content_type=CONTENT_TYPE_LATEST)
+
+
+class _BadQuery(Exception):
+    pass
+
+
+def _query(request: HttpRequest, runs: QuerySet[Run]) -> tuple[QuerySet[Run], str, str]:
+    window = request.GET.get("window", "week")
+    if window not in WINDOWS:
+        raise _BadQuery(f"window is not one of {', '.join(WINDOWS)}")
+    tag = request.GET.get("tag", "user")
+    if not TAG_RE.match(tag):
+        raise _BadQuery("tag is not a tag name (letters, digits, _ . : -, at most 64)")
+    project = request.GET.get("project")
+    if project:
+        runs = runs.filter(project__name=project)
+    return runs, window, tag
+
+
+@require_GET
+@runs_required
+def waste_api(request: HttpRequest, *, runs: QuerySet[Run]) -> HttpResponse:
+    try:
+        runs, window, tag = _query(request, runs)
+    except _BadQuery as error:
+        return error_response(str(error), 400)
+    return json_response(waste_report(runs=runs, window=window, now=timezone.now(), tag=tag))
+
+
+@require_GET
+@login_required
+def waste_page(request: HttpRequest) -> HttpResponse:
+    try:
+        runs, window, tag = _query(request, run_queryset(user=request.user))
+    except _BadQuery as error:
+        raise Http404(str(error)) from None
+    report = waste_report(runs=runs, window=window, now=timezone.now(), tag=tag)
+    projects = project_list_for_user(user=request.user).order_by("name")
+    return render(request, "fleet/waste.html", {
+        "report": report, "window": window, "windows": list(WINDOWS), "tag": tag,
+        "project": request.GET.get("project", ""), "projects": projects,
+        "prices": GpuPrice.objects.filter(project__in=projects).order_by("project__name", "model"),
+        "default_prices": conf.default_prices(),
+    })
+
+
+@require_POST
+@login_required
+def price_save(request: HttpRequest) -> HttpResponse:
+    projects = project_list_for_user(user=request.user)
+    project = projects.filter(name=request.POST.get("project", "")).first()
+    if project is None:
+        raise Http404("No such project of yours.")
+    if request.POST.get("delete"):
+        services.gpu_price_delete(project=project, model=request.POST.get("model", ""))
+    else:
+        try:
+            services.gpu_price_set(
+                project=project, model=request.POST.get("model", ""),
+                price=request.POST.get("price", ""),
+            )
+        except ValueError as error:
+            return HttpResponse(str(error), status=400, content_type="text/plain")
+    return redirect("fleet:waste")

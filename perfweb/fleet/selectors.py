@@ -1,0 +1,199 @@
+"""The waste report of a set of runs over a window: reads runs, devices, samples and top
+findings, and adds up what fleet/waste.py computes per GPU."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.db.models import Q, QuerySet
+
+from perfweb.alerts.conditions import Series
+from perfweb.alerts.samples import recent_samples
+from perfweb.diagnostics.models import Finding
+from perfweb.fleet import conf
+from perfweb.fleet.models import GpuPrice
+from perfweb.fleet.waste import HOUR, GpuTime, core_hours, gpu_time, kwh
+from perfweb.runs.models import Device, Run
+
+WINDOWS = {"day": 86_400.0, "week": 7 * 86_400.0, "month": 30 * 86_400.0}
+NAMES = ("gpu.utilization", "gpu.memory_used", "gpu.energy", "process.cpu_percent")
+
+
+@dataclass
+class RunWaste:
+    run: Run
+    gpu_model: str
+    gpus: int
+    time: GpuTime
+    core_hours: float | None
+    price: float | None  # per GPU-hour
+    top_fix: dict[str, Any] | None = None
+
+    def cost(self, seconds: float) -> float | None:
+        return None if self.price is None else seconds / HOUR * self.price
+
+
+@dataclass
+class Totals:
+    time: GpuTime = field(default_factory=GpuTime)
+    cost: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    priced: bool = False
+    core_hours: float = 0.0
+    runs: int = 0
+
+    def add(self, row: RunWaste) -> None:
+        self.runs += 1
+        self.time.add(row.time)
+        self.core_hours += row.core_hours or 0.0
+        if row.price is not None:
+            self.priced = True
+            for key, hours in row.time.hours().items():  # busy, ..., wasted, total
+                self.cost[key] += hours * row.price
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "runs": self.runs,
+            "gpu_hours": self.time.hours(),
+            "cost": dict(self.cost) if self.priced else None,
+            "energy_kwh": kwh(self.time.energy_joules),
+            "core_hours": self.core_hours,
+        }
+
+
+def waste_report(
+    *, runs: QuerySet[Run], window: str, now: datetime, tag: str = "user"
+) -> dict[str, Any]:
+    """GPU-hours of the runs over the last `window` (day, week, month), split by where they
+    went, with cost, energy, core-hours of CPU-only runs and each run's top fix's share."""
+    end = now.timestamp()
+    start = end - WINDOWS[window]
+    overlapping = runs.filter(started_at__lt=now).filter(
+        Q(ended_at__isnull=True) | Q(ended_at__gt=datetime.fromtimestamp(start, now.tzinfo))
+    ).select_related("project")
+    rows = run_waste_rows(runs=list(overlapping), start=start, end=end)
+    totals = Totals()
+    by_host: dict[str, Totals] = defaultdict(Totals)
+    by_tag: dict[str, Totals] = defaultdict(Totals)
+    for row in rows:
+        totals.add(row)
+        by_host[row.run.host or "(unknown host)"].add(row)
+        value = row.run.tags.get(tag) if isinstance(row.run.tags, dict) else None
+        by_tag[str(value) if value not in (None, "") else f"(no {tag} tag)"].add(row)
+    rows.sort(key=lambda r: r.time.wasted + r.time.unattributed, reverse=True)
+    recoverable = sum((r.top_fix or {}).get("recoverable_gpu_hours") or 0.0 for r in rows)
+    return {
+        "window": window, "start": start, "end": end, "currency": conf.currency(),
+        **totals.as_json(),
+        "recoverable_gpu_hours": recoverable,
+        "runs_detail": [_run_json(row) for row in rows],
+        "hosts": _groups(by_host, "host"),
+        "tag": {"key": tag, "groups": _groups(by_tag, "value")},
+    }
+
+
+def run_waste_rows(*, runs: list[Run], start: float, end: float) -> list[RunWaste]:
+    """One RunWaste per run, from two sample reads for all of them."""
+    if not runs:
+        return []
+    samples = recent_samples(run_ids=[r.id for r in runs], names=NAMES, start=start, end=end)
+    gpus = _gpu_devices(runs)
+    prices = _prices(runs)
+    fixes = _top_fixes(runs)
+    rows = []
+    for run in runs:
+        span = (max(run.started_at.timestamp(), start), min(_run_end(run, end), end))
+        series = samples.get(run.id, {})
+        row = _run_row(run, series, gpus.get(run.id, {}), span)
+        row.price = conf.price_for(row.gpu_model, prices[run.project_id]) if row.gpus else None
+        row.top_fix = _recoverable(fixes.get(run.id), row)
+        rows.append(row)
+    return rows
+
+
+def _run_end(run: Run, end: float) -> float:
+    if run.ended_at is not None:
+        return run.ended_at.timestamp()
+    return end if run.status == Run.RUNNING else run.last_seen_at.timestamp()
+
+
+def _run_row(
+    run: Run, series: dict[tuple[str, str], Series], gpus: dict[str, str],
+    span: tuple[float, float],
+) -> RunWaste:
+    keys = set(gpus) | {device for device, name in series if name == "gpu.utilization"}
+    total = GpuTime()
+    for key in sorted(keys):
+        utilization = series.get((key, "gpu.utilization"), Series(t=[], v=[]))
+        total.add(gpu_time(
+            utilization=utilization, memory=series.get((key, "gpu.memory_used")),
+            energy=series.get((key, "gpu.energy")), start=span[0], end=span[1],
+        ))
+    cpu = None
+    if not keys:  # a CPU-only run: its cores are what it used
+        cpu = sum(
+            core_hours(cpu_percent=s, start=span[0], end=span[1])
+            for (device, name), s in series.items()
+            if name == "process.cpu_percent" and device.startswith(("process", "workers"))
+        )
+    model = next((gpus[k] for k in sorted(gpus) if gpus[k]), "")
+    return RunWaste(run=run, gpu_model=model, gpus=len(keys), time=total, core_hours=cpu,
+                    price=None)
+
+
+def _gpu_devices(runs: list[Run]) -> dict[int, dict[str, str]]:
+    found: dict[int, dict[str, str]] = defaultdict(dict)
+    devices = Device.objects.filter(run_id__in=[r.id for r in runs], kind="gpu")
+    for run_id, key, name in devices.values_list("run_id", "key", "name"):
+        found[run_id][key] = name
+    return found
+
+
+def _prices(runs: list[Run]) -> dict[int, dict[str, float]]:
+    """Per project: the settings' prices with the project's own on top."""
+    defaults = conf.default_prices()
+    prices: dict[int, dict[str, float]] = {r.project_id: dict(defaults) for r in runs}
+    rows = GpuPrice.objects.filter(project_id__in=list(prices))
+    for project_id, model, price in rows.values_list("project_id", "model", "price_per_hour"):
+        prices[project_id][model] = price
+    return prices
+
+
+def _top_fixes(runs: list[Run]) -> dict[int, Finding]:
+    found: dict[int, Finding] = {}
+    for finding in Finding.objects.filter(run_id__in=[r.id for r in runs]).order_by("rank"):
+        found.setdefault(finding.run_id, finding)
+    return found
+
+
+def _recoverable(finding: Finding | None, row: RunWaste) -> dict[str, Any] | None:
+    if finding is None:
+        return None
+    verified = finding.measured_gain is not None
+    gain = finding.measured_gain if verified else finding.estimated_gain
+    attributed = row.time.total - row.time.unattributed
+    hours = max(gain or 0.0, 0.0) * attributed / HOUR if row.gpus else None
+    return {
+        "id": finding.rule_id, "title": finding.title, "gain": gain, "verified": verified,
+        "recoverable_gpu_hours": hours,
+        "recoverable_cost": None if hours is None or row.price is None else hours * row.price,
+    }
+
+
+def _run_json(row: RunWaste) -> dict[str, Any]:
+    run = row.run
+    return {
+        "run_id": run.run_id, "name": run.name, "host": run.host, "status": run.status,
+        "project": run.project.name, "gpus": row.gpus, "gpu_model": row.gpu_model,
+        "gpu_hours": row.time.hours(), "energy_kwh": kwh(row.time.energy_joules),
+        "core_hours": row.core_hours, "price_per_gpu_hour": row.price,
+        "cost": None if row.price is None else row.time.total / HOUR * row.price,
+        "wasted_cost": row.cost(row.time.wasted), "top_fix": row.top_fix,
+    }
+
+
+def _groups(groups: dict[str, Totals], key: str) -> list[dict[str, Any]]:
+    ordered = sorted(groups.items(), key=lambda item: item[1].time.total, reverse=True)
+    return [{key: name, **totals.as_json()} for name, totals in ordered]
