@@ -173,4 +173,17 @@ def message_build(
             "tags": run.tags,
             "url": f"{base}/runs/{run.run_id}/",
         },
+        "waste": _run_waste(run=run, kind=rule.kind, at=at),
     }
+
+
+# The alerts about GPUs that do little carry the run's GPU-hours so far (the fleet page's).
+WASTE_KINDS = frozenset({"low_utilization", "idle_memory_held"})
+
+
+def _run_waste(*, run: Any, kind: str, at: datetime) -> dict[str, Any] | None:
+    if kind not in WASTE_KINDS:
+        return None
+    from perfweb.fleet.selectors import run_waste_summary
+
+    return run_waste_summary(run=run, at=at)

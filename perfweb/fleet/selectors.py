@@ -113,6 +113,20 @@ def run_waste_rows(*, runs: list[Run], start: float, end: float) -> list[RunWast
     return rows
 
 
+def run_waste_summary(*, run: Run, at: datetime) -> dict[str, Any] | None:
+    """One run's GPU-hours from its start until `at`, for an alert's message; None for a run
+    with no GPU."""
+    (row,) = run_waste_rows(runs=[run], start=run.started_at.timestamp(), end=at.timestamp())
+    if not row.gpus:
+        return None
+    fix = row.top_fix or {}
+    return {
+        "gpu_hours": row.time.hours(), "currency": conf.currency(),
+        "cost": row.cost(row.time.total), "wasted_cost": row.cost(row.time.wasted),
+        "top_fix_id": fix.get("id"), "recoverable_gpu_hours": fix.get("recoverable_gpu_hours"),
+    }
+
+
 def _run_end(run: Run, end: float) -> float:
     if run.ended_at is not None:
         return run.ended_at.timestamp()

@@ -260,3 +260,23 @@ def test_it_keeps_the_system_diagnosis_for_an_idle_gpu_holding_memory(
     samples_add(run=run, name="gpu.memory_used", values=40 * GIB, end=now, seconds=600)
     tick()
     assert AlertEvent.objects.get().payload["why"]["fix_id"] == "gpu.idle_memory_held"
+
+
+def test_a_low_utilisation_alert_says_how_many_gpu_hours_the_run_has_used_and_wasted(
+    project: Any, low_util_only: AlertRule, channel: Any
+) -> None:
+    from perfweb.alerts.messages import text_lines
+    from perfweb.fleet.services import gpu_price_set
+
+    gpu_price_set(project=project, model="*", price="3.6")
+    run = run_create(project=project)  # started an hour ago
+    samples_add(run=run, name="gpu.utilization", values=5.0, end=time.time(), seconds=300)
+    assert len(tick()) == 1
+    waste = AlertEvent.objects.get().payload["waste"]
+    hours = waste["gpu_hours"]
+    assert hours["low_utilization"] == pytest.approx(300 / 3600, abs=2 / 3600)
+    assert hours["busy"] == 0 and hours["total"] == pytest.approx(1.0, abs=0.01)
+    assert hours["unattributed"] == pytest.approx(3300 / 3600, abs=0.01)  # no samples before
+    assert waste["wasted_cost"] == pytest.approx(3.6 * 300 / 3600, abs=0.01)
+    line = next(x for x in text_lines(AlertEvent.objects.get().payload) if "GPU-hours" in x)
+    assert line.startswith("GPU-hours so far: 1.00 (0.08 low utilisation, 0.00 idle holding")
