@@ -12,22 +12,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-GIB = 1024**3
+from recommender.thresholds import GIB, HELD_MEMORY_BYTES, THROTTLE_MASK, THROTTLE_REASONS
+
+__all__ = ["GIB", "HELD_MEMORY_BYTES", "THROTTLE_MASK", "THROTTLE_REASONS"]  # re-read by callers
 # Share of the window the samples must span before a verdict is given (a run that started
 # 1 minute ago has not been "below 30% for 5 minutes").
 MIN_COVERAGE = 0.8
-# A GPU counts as "holding memory" when it holds at least this much throughout the window.
-HELD_MEMORY_BYTES = 1 * GIB
-# NVML clocks-event reasons that mean thermal or power throttling (not idle, not app clocks):
-# SW power cap 0x4, HW slowdown 0x8, SW thermal 0x20, HW thermal 0x40, HW power brake 0x80.
-THROTTLE_REASONS = {
-    0x4: "power cap",
-    0x8: "HW slowdown",
-    0x20: "SW thermal",
-    0x40: "HW thermal",
-    0x80: "power brake",
-}
-THROTTLE_MASK = sum(THROTTLE_REASONS)
+# A GPU counts as "holding memory" when it holds at least HELD_MEMORY_BYTES throughout the
+# window; throttling is any of THROTTLE_REASONS (both shared with the rules).
 # Step-time baseline: the median of the run's first steps, after its warm-up steps.
 BASELINE_WARMUP_STEPS = 5
 BASELINE_STEPS = 50

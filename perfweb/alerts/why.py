@@ -15,6 +15,7 @@ from typing import Any
 from django.apps import apps
 
 from perfweb.alerts.conditions import CONDITIONS, Finding, RunWindow, Verdict
+from recommender.thresholds import DATA_WAIT_SHARE_MIN
 
 # FIXES.md: the fix text of the ids an alert can report under.
 FIX_TEXT = {
@@ -24,8 +25,6 @@ FIX_TEXT = {
     "dataloader.num_workers": "raise DataLoader num_workers (bounded by cores per rank), "
     "persistent_workers=True, prefetch_factor",
 }
-# The loop waiting on the DataLoader for at least this share of step time is input bound.
-INPUT_BOUND_SHARE = 0.10
 # Conditions whose cause is outside the script: the condition itself is the diagnosis.
 SYSTEM_KINDS = frozenset({"idle_memory_held", "stalled", "throttling"})
 
@@ -78,7 +77,7 @@ def _stored_top_finding(*, run: Any) -> Finding | None:
 def _input_bound(window: RunWindow) -> Finding | None:
     duration = sum(sum(s.v) for (d, n), s in window.series.items() if n == "step.duration")
     waiting = sum(sum(s.v) for (d, n), s in window.series.items() if n == "step.data_wait")
-    if duration <= 0 or waiting / duration < INPUT_BOUND_SHARE:
+    if duration <= 0 or waiting / duration < DATA_WAIT_SHARE_MIN:  # not input bound
         return None
     share = waiting / duration
     return Finding(

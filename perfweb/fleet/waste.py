@@ -5,13 +5,13 @@ Each utilisation sample stands for the time until the next one when that comes w
 sample covers is *unattributed* (the agent was not
 sampling: NVML missing, the process paused, data lost). Covered time is sorted into:
 
-- busy: utilisation at or above `LOW_UTILIZATION_PERCENT`;
+- busy: utilisation at or above `LOW_UTILIZATION_PCT`;
 - idle holding memory: utilisation below `IDLE_PERCENT` while the GPU holds at least
   `HELD_MEMORY_BYTES` (the alert `gpu.idle_memory_held` watches the same);
 - low utilisation: the rest (the GPU is the job's, mostly waiting).
 
-The thresholds are the alerts' defaults, so the page and the alerts agree on what "low" and
-"holding memory" mean.
+The thresholds are recommender.thresholds', which the rules and the alerts read too, so the
+page, the findings and the alerts agree on what "low" and "holding memory" mean.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from perfweb.alerts.conditions import HELD_MEMORY_BYTES, Series
+from perfweb.alerts.conditions import Series
+from recommender.thresholds import HELD_MEMORY_BYTES, LOW_UTILIZATION_PCT
 
-LOW_UTILIZATION_PERCENT = 30.0  # the default low-utilisation alert's threshold
 IDLE_PERCENT = 5.0
 MAX_SAMPLE_GAP_S = 10.0  # the agent samples every second; a longer gap is not guessed at
 HOUR = 3600.0
@@ -92,7 +92,7 @@ def gpu_time(
     u = np.asarray(utilization.v, dtype=float)
     covered = covered_durations(t, start, end, max_gap)
     held = _held_at(t, memory)
-    busy = u >= LOW_UTILIZATION_PERCENT
+    busy = u >= LOW_UTILIZATION_PCT
     idle_held = (u < IDLE_PERCENT) & held
     result.busy = float(covered[busy].sum())
     result.idle_holding_memory = float(covered[idle_held].sum())

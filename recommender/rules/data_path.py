@@ -13,8 +13,8 @@ from recommender.rules.signals import (
     trace_share,
     usable_cores,
 )
+from recommender.thresholds import DATA_WAIT_SHARE_MIN
 
-DATA_WAIT_SHARE_MIN = 0.10  # fraction of step time blocked on the DataLoader iterator
 DATA_WAIT_RECOVERABLE = 0.9  # workers overlap loading with compute; some wait remains
 PAGEABLE_H2D_SHARE_MIN = 0.005  # fraction of step time in pageable host-to-device copies
 PINNED_SPEEDUP = 2.0  # pinned copies run ~2x faster than pageable ones (and can be async)

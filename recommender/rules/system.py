@@ -4,21 +4,12 @@ from __future__ import annotations
 
 from recommender.evidence import RunEvidence
 from recommender.rules.base import Evidence, Finding, Fix, finding, rule
+from recommender.thresholds import HELD_MEMORY_BYTES, LOW_UTILIZATION_PCT, THROTTLE_REASONS
 
-LOW_UTILIZATION_PCT = 30.0  # GPU busy % below which a window counts as underused
 LOW_UTILIZATION_WINDOW_S = 60.0  # sustained for at least this long
 IDLE_UTILIZATION_PCT = 1.0  # "about 0%" GPU utilisation
-IDLE_MEMORY_BYTES = 1 << 30  # memory held that counts as "holding the GPU" (1 GiB)
 IDLE_WINDOW_S = 300.0  # for at least five minutes
 THROTTLE_SHARE_MIN = 0.1  # fraction of samples with a throttle reason set
-# NVML clocks-event reasons that mean the GPU slowed itself down (not idle / app clocks).
-THROTTLE_BITS = {
-    0x4: "SW power cap",
-    0x8: "HW slowdown",
-    0x20: "SW thermal slowdown",
-    0x40: "HW thermal slowdown",
-    0x80: "HW power brake",
-}
 UNCOMPILED_INFERENCE_PRIOR_GAIN = 0.3  # eager fp32 vs a compiled / reduced-precision runtime
 
 
@@ -79,7 +70,7 @@ def gpu_idle_memory_held(evidence: RunEvidence) -> Finding | None:
         memory = evidence.values("gpu.process_memory", device) or evidence.values(
             "gpu.memory_used", device
         )
-        if not memory or max(memory) < IDLE_MEMORY_BYTES:
+        if not memory or max(memory) < HELD_MEMORY_BYTES:
             continue
         window = _longest_run(util, IDLE_UTILIZATION_PCT, below=True)
         if window < IDLE_WINDOW_S:
@@ -110,11 +101,11 @@ def gpu_throttling(evidence: RunEvidence) -> Finding | None:
     reasons = [int(v) for v in evidence.values("gpu.throttle_reasons")]
     if not reasons:
         return None
-    throttled = [r for r in reasons if any(r & bit for bit in THROTTLE_BITS)]
+    throttled = [r for r in reasons if any(r & bit for bit in THROTTLE_REASONS)]
     share = len(throttled) / len(reasons)
     if share < THROTTLE_SHARE_MIN:
         return None
-    names = sorted({name for r in throttled for bit, name in THROTTLE_BITS.items() if r & bit})
+    names = sorted({name for r in throttled for bit, name in THROTTLE_REASONS.items() if r & bit})
     return finding(
         "gpu.throttling",
         title=f"GPU throttled ({', '.join(names)}) in {share:.0%} of samples",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -41,7 +42,11 @@ def test_installing_the_agent_extra_leaves_the_user_s_torch_unchanged(tmp_path: 
     python = venv / "bin" / "python"
     run(python, "-m", "pip", "install", "-q", "torch==2.13.0")  # the user's own torch
     before = torch_fingerprint(python)
-    run(python, "-m", "pip", "install", "-q", f"{ROOT}[agent]")
+    # from a copy of the source: building in the checkout would leave build/ behind in it
+    source = tmp_path / "perfweb"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
+        ".git", ".venv", ".data", "build", "*.egg-info", "__pycache__", ".*_cache"))
+    run(python, "-m", "pip", "install", "-q", f"{source}[agent]")
     assert torch_fingerprint(python) == before
     # and the agent works there, from outside the checkout
     assert "attach" in run(venv / "bin" / "perf-agent", "--help", cwd=tmp_path)
