@@ -133,7 +133,7 @@ def test_it_fires_throttling_on_thermal_or_power_reasons() -> None:
         window=window({("gpu:0", "gpu.throttle_reasons"): series(float(0x20 | 0x4))}),
     )
     assert verdict.holds is True
-    assert verdict.numbers["reasons"] == ["SW thermal slowdown", "SW power cap"]  # the rule's words
+    assert verdict.numbers["reasons"] == ["SW power cap", "SW thermal slowdown"]  # the rule's words
 
 
 def test_it_ignores_idle_and_sync_boost_throttle_reasons() -> None:
