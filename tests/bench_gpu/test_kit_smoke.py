@@ -1,0 +1,47 @@
+"""The kit end to end on the CPU in smoke mode: probe, one planted workload under the real
+offline agent and the recommender, one `perf-agent ab`, the interleaved overhead runs; one
+well-formed JSON report and its Markdown summary."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from bench.gpu.kit import REPORT_JSON, REPORT_MD, WORK_ARCHIVE
+from bench.gpu.report import load_report
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow
+
+
+def test_it_runs_every_stage_on_the_cpu_and_writes_a_well_formed_report(tmp_path: Path) -> None:
+    out, work = tmp_path / "out", tmp_path / "work"
+    env = {k: v for k, v in os.environ.items() if k != "OUT" and not k.startswith("PERF_AGENT_")}
+    done = subprocess.run(
+        ["bash", str(REPO / "bench" / "gpu" / "run.sh"), "--device", "cpu", "--smoke",
+         "--only", "empty_cache", "--ab", "pin_memory=true", "--work", str(work),
+         "--budget-s", "240"],
+        env={**env, "OUT": str(out)}, capture_output=True, text=True, timeout=280, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = load_report(out / REPORT_JSON)
+    assert report["kit"]["device"] == "cpu" and report["probe"]["status"] == "ok"
+    diag = report["workloads"]["empty_cache"]
+    assert diag["status"] == "ok" and diag["workload"]["steps"] >= 8
+    assert diag["analysis"]["status"] == "ok"
+    assert diag["expected"]["outcome"] == "found_first"  # the agent counts the calls on a CPU too
+    assert diag["nvml"] == {
+        "present": False,
+        "reason": "no gpu:* series (no NVML or no GPU)",
+        "devices": {},
+    }
+    [ab] = report["ab"]
+    assert ab["status"] == "ok" and ab["knob"] == "pin_memory=true" and ab["speedup"] > 0
+    assert ab["ci_low"] <= ab["speedup"] <= ab["ci_high"]
+    assert report["overhead"]["status"] == "ok"
+    assert set(report["overhead"]["modes"]) == {"baseline", "agent-1hz", "agent-10hz", "profiler"}
+    assert "## Planted causes" in (out / REPORT_MD).read_text(encoding="utf-8")
+    assert (out / WORK_ARCHIVE).stat().st_size > 0
