@@ -8,7 +8,7 @@ GIB = float(1 << 30)
 MARK = {
     "found_first": "✅ found first", "found_lower": "⚠️ found lower", "missed": "❌ missed",
     "inputs_only": "⏳ inputs only", "clean": "✅ clean", "false_alarm": "❌ false alarm",
-    "not_analysed": "❌ not analysed", "skipped": "⏭ skipped",
+    "failed": "❌ workload failed", "not_analysed": "❌ not analysed", "skipped": "⏭ skipped",
 }  # fmt: skip
 CLASSIFICATION_WORKLOADS = ("fp32_matmul", "fp32_conv", "healthy_bf16", "launch_bound")
 

@@ -17,7 +17,7 @@ from bench.gpu.expectations import BY_WORKLOAD, HEALTHY_GAIN_MAX, Expectation
 SCHEMA = "perfweb.gpu-check/1"
 OUTCOMES = (
     "found_first", "found_lower", "missed", "inputs_only", "clean", "false_alarm",
-    "not_analysed", "skipped",
+    "failed", "not_analysed", "skipped",
 )  # fmt: skip
 GIB = float(1 << 30)
 IDLE_MEMORY_BYTES = 1 << 30  # the idle-memory rule's "holding the GPU" (recommender)
@@ -25,14 +25,14 @@ IDLE_MEMORY_BYTES = 1 << 30  # the idle-memory rule's "holding the GPU" (recomme
 
 def outcome(expectation: Expectation, diag: dict[str, Any]) -> dict[str, Any]:
     """How the recommender did on one workload: found first / found lower / missed (and why
-    not judged: skipped, not analysed; the healthy loop: clean / false alarm)."""
+    not judged: the workload failed or was skipped, the analysis failed; the healthy loop:
+    clean / false alarm). A failed workload is never judged on what it left behind."""
     base: dict[str, Any] = {"finding": expectation.finding, "plant": expectation.plant}
-    if diag.get("status") == "skipped":
-        return {**base, "outcome": "skipped", "detail": diag.get("error")}
+    if diag.get("status") in ("skipped", "failed"):
+        return {**base, "outcome": diag["status"], "detail": diag.get("error")}
     analysis = diag.get("analysis") or {}
     if analysis.get("status") != "ok":
-        return {**base, "outcome": "not_analysed",
-                "detail": diag.get("error") or analysis.get("error")}  # fmt: skip
+        return {**base, "outcome": "not_analysed", "detail": analysis.get("error")}
     findings = analysis.get("findings") or []
     ids = [f["id"] for f in findings]
     top = ids[0] if ids else None

@@ -25,7 +25,7 @@ def test_it_judges_each_planted_cause_found_first_lower_or_missed(report: dict) 
     assert outcomes == {
         "pageable_h2d": "found_lower",  # copy.synchronous_h2d ranked above pin_memory
         "fp32_matmul": "found_lower",
-        "fp32_conv": "not_analysed",  # the workload failed: reported, the rest ran
+        "fp32_conv": "failed",  # reported with its error; the rest ran
         "empty_cache": "found_first",
         "item_sync": "found_first",
         "launch_bound": "found_first",
@@ -51,6 +51,12 @@ def test_it_checks_a_rule_that_needs_minutes_on_its_inputs_only(report: dict) ->
     idle = report["workloads"]["idle_held"]["expected"]
     assert idle["inputs_ok"] is True
     assert "idle window 21 s of the rule's 300 s" in idle["detail"]
+
+
+def test_it_never_judges_a_failed_workload_on_what_it_left_behind(report: dict) -> None:
+    conv = report["workloads"]["fp32_conv"]["expected"]
+    assert conv["outcome"] == "failed"
+    assert conv["detail"] == "exit code 1; RuntimeError: CUDA error: out of memory"
 
 
 def test_it_calls_a_big_finding_on_the_healthy_loop_a_false_alarm() -> None:
