@@ -37,7 +37,7 @@ STAGES = ("diagnose", "overhead", "ab")
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m bench.gpu.kit", description=__doc__.split("\n")[0]
+        prog="python -m bench.gpu.kit", description="The real-GPU check (bench/gpu/README.md)."
     )
     parser.add_argument("--device", default="cuda", help="cuda (default) or cpu")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes and few steps (CI)")
@@ -46,6 +46,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--budget-s", type=float, default=450.0, help="total time (default 450)")
     parser.add_argument("--only", default="", help="comma-separated workloads to diagnose")
     parser.add_argument("--ab", default="", help="comma-separated knobs to A/B (default: all)")
+    parser.add_argument(
+        "--idle-seconds", type=float, help="idle_held's idle time (default 20; 310 proves the rule)"
+    )
     parser.add_argument("--skip", default="", help=f"stages to skip, of {','.join(STAGES)}")
     parser.add_argument("--wheels", type=Path, default=wheels.DEFAULT_DIR,
                         help="folder of the recommender's wheels (bench/gpu/wheels)")  # fmt: skip
@@ -89,8 +92,12 @@ def _names(text: str) -> list[str]:
 
 def _config(args: argparse.Namespace, work: Path) -> stages.Config:
     if args.smoke:
-        return stages.Config.smoke_on(args.device, work)
-    return stages.Config(device=args.device, work=work)
+        cfg = stages.Config.smoke_on(args.device, work)
+    else:
+        cfg = stages.Config(device=args.device, work=work)
+    if args.idle_seconds is not None:
+        cfg.idle_seconds = args.idle_seconds
+    return cfg
 
 
 class Progress:
@@ -143,7 +150,7 @@ def run_kit(args: argparse.Namespace) -> dict[str, Any]:
         progress("overhead")
     if "ab" not in skip:
         raw["ab"] = [stages.ab(cfg, budget, pair) for pair in pairs]
-    report = progress("ab")
+    report = progress("all stages")
     archive_work(work, out)
     print(f"[gpu-check] report: {out / REPORT_MD}", file=sys.stderr, flush=True)
     return report

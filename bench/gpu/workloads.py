@@ -38,6 +38,7 @@ class Context:
     device: str
     smoke: bool
     idle_seconds: float = 20.0
+    full_size: bool | None = None  # None: GPU sizes on CUDA outside smoke mode
 
     @property
     def cuda(self) -> bool:
@@ -46,7 +47,8 @@ class Context:
 
     def size(self, gpu: Any, small: Any) -> Any:
         """The GPU-sized value, or the small one on CPU and in smoke mode."""
-        return gpu if self.cuda and not self.smoke else small
+        full = self.cuda and not self.smoke if self.full_size is None else self.full_size
+        return gpu if full else small
 
     def autocast(self, dtype: torch.dtype) -> Any:
         """An autocast context for this device."""
