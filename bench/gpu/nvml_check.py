@@ -23,6 +23,7 @@ POWER_MARGIN = 1.2  # power readings may exceed the limit briefly, not by this m
 GPM_SERIES = ("gpu.sm_active", "gpu.tensor_active", "gpu.dram_active")
 CORE_SERIES = ("gpu.utilization", "gpu.memory_used", "gpu.power", "gpu.sm_clock")
 GIB = float(1 << 30)
+ENERGY_POWER_RATIO = (0.5, 2.0)  # energy counter's average watts / the power samples' mean
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,24 @@ def _range(series: dict[str, Series], name: str, low: float, high: float, unit: 
     )
 
 
+def _energy(series: dict[str, Series]) -> dict[str, Any]:
+    """The energy counter never goes back, and its average watts agree with the power samples."""
+    energy, power = series.get("gpu.energy"), series.get("gpu.power")
+    if energy is None:
+        return _check("gpu.energy", None, "absent (no energy counter: pre-Volta or older agent)")
+    steps = [b - a for a, b in zip(energy.v, energy.v[1:], strict=False)]
+    if any(step < 0 for step in steps):
+        return _check("gpu.energy", False, "the counter went backwards")
+    span = energy.t[-1] - energy.t[0]
+    if power is None or span < 2.0:
+        return _check("gpu.energy", True, "non-decreasing")
+    watts = (energy.v[-1] - energy.v[0]) / span
+    mean = statistics.fmean(power.v)
+    low, high = ENERGY_POWER_RATIO
+    ok = mean > 0 and low <= watts / mean <= high
+    return _check("gpu.energy", ok, f"{watts:.0f} W from the counter vs {mean:.0f} W sampled")
+
+
 def device_checks(
     series: dict[str, Series], device: dict[str, Any], *, duration_s: float, interval_s: float,
     busy: bool, gpm_supported: bool | None, holds_memory: bool,
@@ -135,6 +154,7 @@ def device_checks(
                 + ("" if peak > 0 else " (0: NVML does not see the job's PIDs; container?)"),
             )
         )  # fmt: skip
+    checks.append(_energy(series))
     if gpm_supported is False:
         checks.append(_check("gpm", None, "GPM not supported on this GPU"))
     else:

@@ -49,4 +49,14 @@ def busy_h200(seconds: int = 10) -> dict[str, list[float]]:
         "gpu.sm_active": [0.0] + [91.0] * (seconds - 1),
         "gpu.tensor_active": [0.0] + [64.0] * (seconds - 1),
         "gpu.dram_active": [0.0] + [22.0] * (seconds - 1),
+        "gpu.energy": _integrated([118.0] + [612.0] * (seconds - 2) + [140.0]),
     }
+
+
+def _integrated(watts: list[float], start_j: float = 9.3e8) -> list[float]:
+    """An energy counter (J) that a GPU drawing `watts` at 1 Hz would show."""
+    counter, total = [], start_j
+    for w in watts:
+        counter.append(total)
+        total += w
+    return counter

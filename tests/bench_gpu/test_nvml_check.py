@@ -80,3 +80,22 @@ def test_it_reports_no_gpu_series_as_absent_not_as_a_failure_to_parse(tmp_path: 
         "devices": {},
     }
     assert check_offline(tmp_path / "missing", duration_s=5.0)["present"] is False
+
+
+def test_it_checks_the_energy_counter_against_the_power_samples(tmp_path: Path) -> None:
+    series = busy_h200(10)
+    good = check_offline(write_offline(tmp_path / "a", series), duration_s=10.0)
+    assert _checks(good)["gpu.energy"] is True
+    series["gpu.energy"] = [e * 10 for e in series["gpu.energy"]]  # a counter read as mJ x 10
+    assert (
+        _checks(check_offline(write_offline(tmp_path / "b", series), duration_s=10.0))["gpu.energy"]
+        is False
+    )
+    series["gpu.energy"] = list(reversed(busy_h200(10)["gpu.energy"]))
+    backwards = check_offline(write_offline(tmp_path / "c", series), duration_s=10.0)
+    assert _checks(backwards)["gpu.energy"] is False
+    del series["gpu.energy"]
+    assert (
+        _checks(check_offline(write_offline(tmp_path / "d", series), duration_s=10.0))["gpu.energy"]
+        is None
+    )
