@@ -311,9 +311,10 @@ def overhead(cfg: Config, budget: Budget, *, keep_s: float = 0.0) -> dict[str, A
     per_run = cfg.startup_s + 5.0
     runs: list[dict[str, Any]] = []
     errors: list[str] = []
+    stopped = ""
     for number in range(cfg.overhead_rounds):
         if not budget.allows(per_run * len(MODES) + keep_s):
-            errors.append(f"round {number + 1}+: time budget ({budget.left():.0f} s left)")
+            stopped = f"rounds {number + 1}+ skipped: time budget ({budget.left():.0f} s left)"
             break
         for mode in run_order(number):
             measured = _overhead_run(cfg, budget, mode, number, warm)
@@ -322,10 +323,9 @@ def overhead(cfg: Config, budget: Budget, *, keep_s: float = 0.0) -> dict[str, A
             else:
                 runs.append(measured)
     if not runs:
-        return {
-            "status": "failed" if errors else "skipped",
-            "error": "; ".join(errors) or "no rounds",
-        }
+        failed = "; ".join(errors)
+        return {"status": "failed" if errors else "skipped", "error": failed or stopped}
+    errors += [stopped] if stopped else []
     summary = summarise_overhead(runs, window=window_of(warm))
     return {"status": "ok", "steps_per_run": cfg.overhead_steps, "errors": errors, **summary}
 

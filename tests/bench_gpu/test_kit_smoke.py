@@ -69,3 +69,23 @@ def test_it_reports_each_failing_workload_and_still_runs_the_next(tmp_path: Path
         assert diag["error"].startswith("exit code 1;") and "no CUDA device" in diag["error"]
         assert diag["expected"]["outcome"] == "failed"
     assert report["summary"]["workloads_failed"] == ["item_sync", "healthy_bf16"]
+
+
+def test_it_skips_what_no_longer_fits_its_budget_and_still_writes_the_report(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.gpu.kit", "--device", "cpu", "--smoke", "--budget-s", "16",
+         "--only", "healthy_bf16", "--ab", "amp=bf16", "--out", str(out),
+         "--work", str(tmp_path / "work")],
+        capture_output=True, text=True, timeout=120, cwd=REPO,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = load_report(out / REPORT_JSON)
+    diag = report["workloads"]["healthy_bf16"]
+    assert diag["status"] == "skipped" and diag["error"].startswith("time budget:")
+    assert diag["expected"]["outcome"] == "skipped"
+    assert [a["status"] for a in report["ab"]] == ["skipped"]
+    assert report["overhead"]["status"] == "skipped"
+    assert "time budget" in report["overhead"]["error"]
