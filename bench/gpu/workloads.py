@@ -402,6 +402,10 @@ def run_workload(
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise RuntimeError("--device cuda, but torch sees no CUDA device")
     ctx = Context(device=device, smoke=smoke, idle_seconds=idle_seconds)
+    if not ctx.cuda:
+        # On a CPU the loop is the whole workload: OpenMP threads spinning against the agent's
+        # thread (and other jobs) on a small machine would measure the machine, not the kit.
+        torch.set_num_threads(1)
     if name == "idle_held":
         limits = Limits(
             min_steps=BURST_STEPS + 5, min_seconds=0.0, max_steps=BURST_STEPS + 5,

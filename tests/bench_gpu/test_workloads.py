@@ -54,3 +54,8 @@ def test_it_refuses_cuda_where_torch_sees_no_gpu() -> None:
 
 def test_it_has_one_expectation_per_workload() -> None:
     assert set(BY_WORKLOAD) == set(workloads.WORKLOADS)
+
+
+def test_it_leaves_the_cpu_loop_one_intra_op_thread() -> None:
+    workloads.run_workload("healthy_bf16", device="cpu", smoke=True, limits=FEW)
+    assert torch.get_num_threads() == 1
