@@ -224,7 +224,15 @@ def diagnose(cfg: Config, budget: Budget, expectation: Expectation) -> dict[str,
         gpm_supported=cfg.gpm_supported,
     )  # fmt: skip
     report["analysis"] = analyse(cfg, budget, offline, folder)
-    report["kernels"] = top_kernels(cfg, budget, offline, folder)
+    kernels = [
+        (rank.get("launch") or {}).get("kernels") or 0
+        for rank in (report["analysis"].get("ranks") or {}).values()
+    ]
+    report["kernels"] = (
+        top_kernels(cfg, budget, offline, folder)
+        if any(kernels) or report["analysis"].get("status") != "ok"
+        else skipped("no GPU kernels in the analysed traces")
+    )
     return report
 
 
