@@ -9,9 +9,11 @@ from typing import Any
 from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
 
+from agent.protocol import API_PREFIX
 from perfweb.diagnostics import conf
 from perfweb.diagnostics.formatting import evidence_text
 from perfweb.diagnostics.models import Finding, RunDiagnosis, Trace
+from perfweb.diagnostics.summaries import summary_is_current
 from perfweb.runs.models import Run
 
 RECENT = timedelta(days=1)  # the sweep looks at runs seen within this
@@ -75,10 +77,27 @@ def run_findings_json(*, run: Run) -> dict[str, Any]:
     }
 
 
+def trace_get(*, run: Run, trace_id: int) -> Trace | None:
+    """One of `run`'s stored traces (the caller has scoped `run` to the user's projects)."""
+    return Trace.objects.filter(run=run, id=trace_id).first()
+
+
+def trace_download_url(*, run: Run, trace: Trace) -> str:
+    return f"{API_PREFIX}/runs/{run.run_id}/traces/{trace.id}"
+
+
+def trace_tables_of(trace: Trace) -> dict[str, Any] | None:
+    """The stored operator/kernel tables (recommender.analysis.trace_tables), or None."""
+    stored = trace.summary or {}
+    return stored.get("tables") if summary_is_current(stored) else None
+
+
 def traces_json(*, run: Run) -> list[dict[str, Any]]:
     rows = Trace.objects.filter(run=run).order_by("created_at", "id")
     return [
         {
+            "id": t.id,
+            "download": trace_download_url(run=run, trace=t),
             "name": t.name,
             "agent_id": t.agent_id,
             "rank": t.rank,

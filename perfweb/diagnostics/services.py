@@ -26,6 +26,7 @@ from perfweb.projects.models import Project
 from perfweb.runs.models import Run, RunProcess
 from perfweb.runs.services import RunNotFound, run_heartbeat
 from recommender.analysis.summary import summarize
+from recommender.analysis.trace_tables import trace_tables
 from recommender.api import analyze_evidence
 from recommender.errors import InputError
 from recommender.rules.base import Finding as RuleFinding
@@ -113,7 +114,9 @@ def trace_analyse(*, trace: Trace) -> Trace:
         loaded = load_trace(path, fallback_rank=trace.rank or 0)
         if trace.rank is not None:
             loaded.rank = trace.rank
-        trace.summary, trace.analysis_error = summary_to_json(summarize(loaded)), ""
+        tables = trace_tables(path)
+        trace.summary = summary_to_json(summarize(loaded), tables=tables)
+        trace.analysis_error = ""
     except InputError as error:
         trace.summary, trace.analysis_error = None, str(error)[:500]
     except Exception as error:  # noqa: BLE001 - a trace the analysis fails on stays failed

@@ -8,4 +8,9 @@ app_name = "diagnostics"
 urlpatterns = [
     path("api/v1/ingest/trace", views.trace_upload, name="ingest-trace"),
     path("api/v1/runs/<str:run_id>/findings", views.run_findings, name="run-findings"),
+    path(
+        "api/v1/runs/<str:run_id>/traces/<int:trace_id>",
+        views.trace_download,
+        name="trace-download",
+    ),
 ]
