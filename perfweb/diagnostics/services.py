@@ -18,6 +18,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from perfweb.diagnostics import conf, uploads
+from perfweb.diagnostics.comparison import regression_for
 from perfweb.diagnostics.evidence import run_evidence
 from perfweb.diagnostics.models import Finding, RunDiagnosis, Trace
 from perfweb.diagnostics.schemas import TraceChunk
@@ -30,6 +31,7 @@ from recommender.analysis.trace_tables import trace_tables
 from recommender.api import analyze_evidence
 from recommender.errors import InputError
 from recommender.rules.base import Finding as RuleFinding
+from recommender.rules.base import rank_findings
 from recommender.trace.loader import load_trace
 
 log = logging.getLogger(__name__)
@@ -155,7 +157,7 @@ def diagnose_run(*, run: Run) -> list[Finding] | None:
         for trace in Trace.objects.filter(run=run, analysis_error=""):
             trace_analyse(trace=trace)
         report = analyze_evidence(run_evidence(run=run), run_id=run.run_id)
-        findings = findings_store(run=run, findings=report.findings)
+        findings = findings_store(run=run, findings=_with_cross_run(run, report.findings))
     except Exception as error:
         RunDiagnosis.objects.filter(id=state.id).update(claimed_until=None, error=str(error)[:500])
         raise
@@ -163,6 +165,12 @@ def diagnose_run(*, run: Run) -> list[Finding] | None:
         claimed_until=None, diagnosed_at=state.started_at, data_seen_at=seen_at, error=""
     )
     return findings
+
+
+def _with_cross_run(run: Run, findings: list[RuleFinding]) -> list[RuleFinding]:
+    """The rules' findings plus `run.regression` against the job's baseline run, ranked."""
+    regression = regression_for(run=run)
+    return rank_findings([*findings, regression]) if regression else findings
 
 
 def findings_store(*, run: Run, findings: list[RuleFinding]) -> list[Finding]:

@@ -153,8 +153,9 @@ def test_it_builds_the_regression_finding_only_for_a_regression() -> None:
     slower = median_ratio(a=a, b=_steps(rng, n=300, median_s=0.0385, noise=0.1))
     same = median_ratio(a=a, b=_steps(rng, n=300, median_s=0.035, noise=0.1))
     assert slower is not None and same is not None
-    found = regression_finding(verdict=slower, baseline_run="a" * 32, compare_path="/compare/?run=x",
-                               sentence="B is slower.")  # fmt: skip
+    found = regression_finding(
+        verdict=slower, baseline_run="a" * 32, compare_path="/compare/?run=x", sentence="B."
+    )
     assert found is not None and found.id == "run.regression"
     assert found.title.startswith("Regressed vs run aaaaaaaaaaaa")
     assert found.doc.startswith("What: ") and "\n\nWhy: " in found.doc and "\n\nFix: " in found.doc
