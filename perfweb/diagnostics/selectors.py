@@ -30,10 +30,13 @@ def finding_top_for_run(*, run: Run) -> Finding | None:
     return Finding.objects.filter(run=run).order_by("rank", "rule_id").first()
 
 
-def finding_brief_for_run(*, run: Run) -> dict[str, Any] | None:
-    """The top finding in the words an alert message quotes (perfweb.alerts.why):
-    `{"fix_id", "title", "gain", "evidence", "fix"}`, or None before any finding."""
-    top = finding_top_for_run(run=run)
+def finding_brief_for_run(*, run: Run, rule_id: str | None = None) -> dict[str, Any] | None:
+    """The top finding (or the one of `rule_id`) in the words an alert message quotes
+    (perfweb.alerts.why): `{"fix_id", "title", "gain", "evidence", "fix"}`, or None."""
+    if rule_id is None:
+        top = finding_top_for_run(run=run)
+    else:
+        top = Finding.objects.filter(run=run, rule_id=rule_id).first()
     if top is None:
         return None
     gain = top.measured_gain if top.measured_gain is not None else top.estimated_gain
