@@ -13,6 +13,7 @@ from perfweb.api.auth import runs_required, token_required
 from perfweb.api.http import BadRequest, error_response, json_response, read_json
 from perfweb.diagnostics import conf, selectors, services
 from perfweb.diagnostics.schemas import parse_trace_chunk
+from perfweb.diagnostics.step_bands import step_bands
 from perfweb.diagnostics.uploads import TRACE_SUFFIX, BadTrace
 from perfweb.projects.models import Project
 from perfweb.runs.fields import Invalid
@@ -72,3 +73,13 @@ def trace_download(
     response["Content-Type"] = "application/gzip"
     response["Cache-Control"] = "private, max-age=3600"
     return response
+
+
+@require_GET
+@runs_required
+def run_step_bands(request: HttpRequest, run_id: str, *, runs: QuerySet[Run]) -> HttpResponse:
+    """The run's step times as a rolling median with its p10–p90 band, per rank."""
+    run = run_get(runs=runs, run_id=run_id)
+    if run is None:
+        return error_response("no such run", 404)
+    return json_response({"run": run.run_id, "bands": step_bands(run=run)})
