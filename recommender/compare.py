@@ -17,6 +17,7 @@ from recommender.analysis.regression import MedianRatio
 
 EXPLAINED_SHARE = 0.8  # name contributors until they cover this much of the difference
 MAX_CONTRIBUTORS = 3
+OVER_EXPLAINED = 1.1  # named changes above 110 % of the difference: windows not typical
 # Facts that differ between any two runs and say nothing about their speed.
 VOLATILE_FACTS = ("pid", "process.pid", "run.started_at", "agent.started_at", "host.boot_time")
 
@@ -106,4 +107,6 @@ def difference_sentence(
     share = sum(c["delta_s"] for c in named) / delta_s
     parts = [f"{c['name']} ({_ms(c['delta_s'])})" for c in named]
     listed = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+    if share > OVER_EXPLAINED:  # the profiled steps were not typical ones: no share to quote
+        return f"{head}; per step, the profiled windows differ most in {listed}."
     return f"{head}; {100 * share:.0f}% of the difference is {listed}."

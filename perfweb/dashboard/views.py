@@ -21,6 +21,7 @@ from perfweb.runs.selectors import run_detail as run_detail_row
 from perfweb.runs.selectors import run_get_for_user, run_list_for_user
 
 RUNS_ON_PAGE = 100
+POPUP_OPENER_POLICY = "same-origin-allow-popups"
 
 
 @require_GET
@@ -57,7 +58,7 @@ def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
     if run is None:
         raise Http404("No such run in your projects.")
     row = presenters.with_command_line(run_detail_row(run=run))
-    return render(
+    response = render(
         request,
         "dashboard/run_detail.html",
         {
@@ -72,6 +73,10 @@ def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
             },
         },
     )
+    # "Open in Perfetto" opens ui.perfetto.dev and posts the trace to it: under Django's
+    # default COOP (same-origin) that popup would be severed from this page.
+    response["Cross-Origin-Opener-Policy"] = POPUP_OPENER_POLICY
+    return response
 
 
 @require_GET

@@ -68,6 +68,8 @@ def _tables_view(tables: dict[str, Any], summary: dict[str, Any]) -> dict[str, A
         "kernels_total": tables.get("kernels_total", 0),
         "tensor_core_share": pct(tables.get("tensor_core_share")),
         "breakdown": _breakdown(summary),
+        "breakdown_steps": len(_steady(summary)),
+        "first_excluded": len(summary.get("steps") or []) >= 3,
     }
 
 
@@ -93,10 +95,14 @@ def _kernel_row(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _steady(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    steps = summary.get("steps") or []
+    return steps[1:] if len(steps) >= 3 else steps
+
+
 def _breakdown(summary: dict[str, Any]) -> list[dict[str, str]]:
     """Mean per steady step of each category (the plugin's step-time breakdown)."""
-    steps = summary.get("steps") or []
-    steady = steps[1:] if len(steps) >= 3 else steps
+    steady = _steady(summary)
     total = sum(s["duration_us"] for s in steady)
     if not steady or total <= 0:
         return []

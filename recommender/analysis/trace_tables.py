@@ -197,8 +197,12 @@ def kernel_table(events: list[_Event]) -> list[dict[str, Any]]:
 
 
 def _step_count(events: list[_Event]) -> int:
+    """ProfilerStep#N annotations; without them (the agent's own windows on some versions),
+    one step per Optimizer.step annotation, as the trace loader segments them."""
     names = {str(e.name) for e in events if str(e.name).startswith("ProfilerStep#")}
-    return len(names)
+    if names:
+        return len(names)
+    return sum(1 for e in events if str(e.name).startswith("Optimizer.step#"))
 
 
 def _rounded(row: dict[str, Any]) -> dict[str, Any]:

@@ -146,3 +146,8 @@ def test_it_shows_the_trace_tables_and_actions_on_the_run_page(
     assert 'data-testid="top-operators"' in html and "aten::linear" in html
     assert 'data-testid="top-kernels"' in html and "ampere_sgemm_128x64_tn" in html
     assert 'data-testid="step-breakdown"' in html
+
+
+def test_the_run_page_may_open_the_perfetto_window(stored: tuple[Trace, bytes], owner: Any) -> None:
+    page = logged_in(owner).get(f"/runs/{RUN_ID}/")
+    assert page["Cross-Origin-Opener-Policy"] == "same-origin-allow-popups"

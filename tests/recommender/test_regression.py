@@ -161,3 +161,17 @@ def test_it_builds_the_regression_finding_only_for_a_regression() -> None:
     assert found.doc.startswith("What: ") and "\n\nWhy: " in found.doc and "\n\nFix: " in found.doc
     assert "/compare/?run=x" in found.fix.text
     assert regression_finding(verdict=same, baseline_run="a", compare_path="", sentence="") is None
+
+
+def test_it_quotes_no_share_when_the_profiled_steps_explain_more_than_the_difference() -> None:
+    rng = np.random.default_rng(10)
+    verdict = median_ratio(
+        a=_steps(rng, n=300, median_s=0.060, noise=0.02),
+        b=_steps(rng, n=300, median_s=0.070, noise=0.02),
+    )
+    assert verdict is not None
+    sentence = difference_sentence(
+        ratio=verdict, operators=[{"name": "aten::mm", "delta_us": 50e3}]
+    )
+    assert "% of the difference" not in sentence
+    assert sentence.endswith("per step, the profiled windows differ most in `aten::mm` (+50 ms).")

@@ -9,7 +9,7 @@ window.PerfwebCompare = (function () {
     { name: "process.cpu_percent", title: "Process CPU", unit: "%", scale: 1 },
     { name: "process.rss", title: "Process memory (RSS)", unit: "GiB", scale: 1 / 1073741824 },
   ];
-  const BASE_LAYOUT = { margin: { l: 56, r: 12, t: 32, b: 40 }, height: 300, legend: { orientation: "h", y: -0.25 },
+  const BASE_LAYOUT = { margin: { l: 56, r: 12, t: 32, b: 64 }, height: 320, legend: { orientation: "h", y: -0.38 },
     paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)" };
 
   function layout(title, xTitle, yTitle, extra) {
@@ -45,7 +45,7 @@ window.PerfwebCompare = (function () {
         .catch(function () { return { series: [] }; });
     }));
     box.innerHTML = "";
-    let drawn = 0;
+    const charts = [];
     for (const metric of METRICS) {
       const traces = [];
       timelines.forEach(function (timeline, i) {
@@ -62,10 +62,14 @@ window.PerfwebCompare = (function () {
       el.className = "chart";
       el.dataset.metric = metric.name;
       box.appendChild(el);
-      await Plotly.newPlot(el, traces, layout(metric.title, "seconds since start", metric.unit, { height: 240 }),
-        { displaylogo: false, responsive: true });
-      drawn += 1;
+      charts.push({ el: el, traces: traces, metric: metric });
     }
+    // Every chart's box is in the grid before the first is drawn, so each takes its own cell's width.
+    for (const chart of charts) {
+      await Plotly.newPlot(chart.el, chart.traces, layout(chart.metric.title, "seconds since start", chart.metric.unit,
+        { height: 270 }), { displaylogo: false, responsive: true });
+    }
+    const drawn = charts.length;
     if (!drawn) box.innerHTML = '<p class="muted">No timeline metrics in these runs.</p>';
     box.dataset.charts = String(drawn);
   }

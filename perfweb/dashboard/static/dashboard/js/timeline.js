@@ -86,7 +86,7 @@ window.PerfwebTimeline = (function () {
       Object.assign({ x: x, y: y(band.p90), line: { width: 0, color: STEP_COLOR }, fill: "tonexty", fillcolor: STEP_COLOR + "2e",
         name: "p10–p90" + label, meta: meta("step.duration.p90"),
         hovertemplate: "p90 %{y:.4~g} " + bandRows.unit + "<extra></extra>" }, common),
-      Object.assign({ x: x, y: y(band.median), line: { width: 2.2, color: STEP_COLOR, shape: "spline" },
+      Object.assign({ x: x, y: y(band.median), line: { width: 2.2, color: STEP_COLOR },
         name: "step time, rolling median" + label, meta: meta("step.duration.median"),
         hovertemplate: "median %{y:.4~g} " + bandRows.unit + " (window of " + band.window_steps + " steps)<extra></extra>" }, common),
     ];
