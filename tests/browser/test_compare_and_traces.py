@@ -100,6 +100,19 @@ def test_the_comparison_page_names_the_setting_that_differs(
             ".map(t => t.y.length)"
         )
         assert len(bands) == 2 and all(n > 1 for n in bands)
+        raw_shown = (
+            "() => document.getElementById('step-bands').data.filter(t => t.meta === 'raw')"
+            ".map(t => t.visible)"
+        )
+        assert page.evaluate(raw_shown) == [False, False]  # the bands alone, zoomed out
+        page.evaluate(
+            "() => Plotly.relayout('step-bands', {'xaxis.range[0]': 10, 'xaxis.range[1]': 14})"
+        )
+        page.wait_for_function(
+            "() => document.getElementById('step-bands').data.filter(t => t.meta === 'raw')"
+            ".every(t => t.visible === true)",
+            timeout=10_000,
+        )  # zoomed in on a few seconds: each step drawn too
         assert page.locator("[data-testid=trace-diff] tr[data-op]").count() > 0
         page.screenshot(path=str(screenshot_dir / "compare-page.png"), full_page=True)
         assert not errors, errors
