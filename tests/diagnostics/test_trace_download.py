@@ -17,7 +17,7 @@ from recommender.trace.loader import load_trace
 from tests.conftest import PASSWORD
 from tests.server.agent_client import RUN_ID, Agent
 
-from .conftest import trace_bytes, upload
+from .conftest import PEER, trace_bytes, upload
 
 pytestmark = pytest.mark.django_db
 
@@ -151,3 +151,18 @@ def test_it_shows_the_trace_tables_and_actions_on_the_run_page(
 def test_the_run_page_may_open_the_perfetto_window(stored: tuple[Trace, bytes], owner: Any) -> None:
     page = logged_in(owner).get(f"/runs/{RUN_ID}/")
     assert page["Cross-Origin-Opener-Policy"] == "same-origin-allow-popups"
+
+
+@pytest.mark.skipif(PEER is None, reason="../shared/peer-traces is not here")
+def test_it_shows_a_real_gpu_traces_kernel_and_device_tables(agent: Agent, owner: Any) -> None:
+    assert PEER is not None
+    assert agent.start().status_code == 200
+    data = (PEER / "hta" / "trace_diff" / "control" / "control.json.gz").read_bytes()
+    assert all(r.status_code == 200 for r in upload(agent, data, name="control"))
+    diagnose_run_task(Run.objects.get().id)
+    html = logged_in(owner).get(f"/runs/{RUN_ID}/").content.decode()
+    assert 'data-testid="top-kernels"' in html and 'data-testid="top-device-operators"' in html
+    assert "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclWorkElem)" in html  # the longest
+    assert "130.655" in html  # its total, ms: 130655 µs over 42 launches
+    assert "3,110.8" in html  # its mean, µs
+    assert "tensor cores: 15.0 % of kernel time" in html
