@@ -58,6 +58,7 @@ class RunWindow:
     last_step_at: float | None = None
     baseline_steps: Sequence[float] = ()
     finding: Finding | None = None
+    regression: Finding | None = None  # run.regression: slower than the job's baseline run
 
     def by_device(self, name: str, prefix: str = "gpu:") -> dict[str, Series]:
         return {
@@ -262,9 +263,22 @@ def throttling(threshold: float, window: RunWindow) -> Verdict:
     metrics=("step.duration",),
 )
 def step_regression(threshold: float, window: RunWindow) -> Verdict:
-    """What: the median step time over the window exceeds the run's own early median.
+    """What: the median step time over the window exceeds the run's own early median, or the
+    run is slower than its job's baseline run beyond the noise (a `run.regression` finding).
     Why: the same job got slower — a noisy neighbour, throttling, a leak, a data change.
     Fix: compare the timeline before and after the slowdown; see the top finding."""
+    within = _step_regression_within_run(threshold, window)
+    if within.holds or window.regression is None:
+        return within
+    regression = window.regression
+    return Verdict(
+        holds=True,
+        summary=regression.title + (f" ({regression.evidence})" if regression.evidence else ""),
+        numbers={"fix_id": regression.fix_id, "threshold": threshold, "vs_baseline_run": True},
+    )
+
+
+def _step_regression_within_run(threshold: float, window: RunWindow) -> Verdict:
     baseline = list(window.baseline_steps)
     if len(baseline) < BASELINE_STEPS // 5:
         return unknown("the run has too few steps for a baseline")

@@ -27,7 +27,7 @@ from perfweb.alerts.conditions import (
 )
 from perfweb.alerts.models import Alert, AlertEvent, AlertRule
 from perfweb.alerts.notify import event_store
-from perfweb.alerts.why import top_finding_for_run
+from perfweb.alerts.why import stored_regression, top_finding_for_run
 from perfweb.runs.models import Run
 
 # Read for a run whose alert changes: the why (input bound?) comes from its step timings.
@@ -125,6 +125,7 @@ def _window(
         )
         baseline = first[BASELINE_WARMUP_STEPS:]
     finding = top_finding_for_run(run=run) if rule.kind == "finding_gain" else None
+    regression = stored_regression(run=run) if rule.kind == "step_regression" else None
     return RunWindow(
         now=end,
         window_s=window_s,
@@ -133,6 +134,7 @@ def _window(
         last_step_at=last_step_at,
         baseline_steps=baseline,
         finding=finding,
+        regression=regression,
     )
 
 

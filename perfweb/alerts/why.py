@@ -15,6 +15,7 @@ from typing import Any
 from django.apps import apps
 
 from perfweb.alerts.conditions import CONDITIONS, Finding, RunWindow, Verdict
+from recommender.rules.cross_run import REGRESSION_ID
 from recommender.thresholds import DATA_WAIT_SHARE_MIN
 
 # FIXES.md: the fix text of the ids an alert can report under.
@@ -44,6 +45,11 @@ def top_finding_for_run(
     return _input_bound(window) or _from_condition(kind=kind, window=window, verdict=verdict)
 
 
+def stored_regression(*, run: Any) -> Finding | None:
+    """The run's stored `run.regression` finding (slower than its job's baseline run)."""
+    return _stored_top_finding(run=run, rule_id=REGRESSION_ID)
+
+
 def as_payload(finding: Finding | None) -> dict[str, Any] | None:
     if finding is None:
         return None
@@ -56,12 +62,12 @@ def as_payload(finding: Finding | None) -> dict[str, Any] | None:
     }
 
 
-def _stored_top_finding(*, run: Any) -> Finding | None:
+def _stored_top_finding(*, run: Any, rule_id: str | None = None) -> Finding | None:
     if not apps.is_installed("perfweb.diagnostics"):
         return None
     from perfweb.diagnostics.selectors import finding_brief_for_run
 
-    brief = finding_brief_for_run(run=run)
+    brief = finding_brief_for_run(run=run, rule_id=rule_id)
     if brief is None:
         return None
     gain = brief.get("gain")

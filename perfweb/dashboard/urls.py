@@ -18,5 +18,6 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", views.runs_list, name="runs"),
     path("runs/<str:run_id>/", views.run_detail, name="run"),
+    path("compare/", views.compare, name="compare"),
     path("assets/plotly-<str:version>.min.js", views.plotly_js, name="plotly_js"),
 ]

@@ -13,7 +13,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET
 
 from agent.protocol import API_PREFIX, RUN_STATUSES
-from perfweb.dashboard import assets, presenters
+from perfweb.dashboard import assets, comparison_page, presenters
 from perfweb.dashboard.panels import run_panels
 from perfweb.dashboard.timeline_rows import timeline_rows_config
 from perfweb.projects.selectors import project_list_for_user
@@ -21,6 +21,7 @@ from perfweb.runs.selectors import run_detail as run_detail_row
 from perfweb.runs.selectors import run_get_for_user, run_list_for_user
 
 RUNS_ON_PAGE = 100
+POPUP_OPENER_POLICY = "same-origin-allow-popups"
 
 
 @require_GET
@@ -57,7 +58,7 @@ def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
     if run is None:
         raise Http404("No such run in your projects.")
     row = presenters.with_command_line(run_detail_row(run=run))
-    return render(
+    response = render(
         request,
         "dashboard/run_detail.html",
         {
@@ -72,6 +73,29 @@ def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
             },
         },
     )
+    # "Open in Perfetto" opens ui.perfetto.dev and posts the trace to it: under Django's
+    # default COOP (same-origin) that popup would be severed from this page.
+    response["Cross-Origin-Opener-Policy"] = POPUP_OPENER_POLICY
+    return response
+
+
+@require_GET
+@login_required
+def compare(request: HttpRequest) -> HttpResponse:
+    """Two or more runs side by side (`?run=...&run=...`): each against the earliest one."""
+    ids = list(dict.fromkeys(request.GET.getlist("run")))
+    if not 2 <= len(ids) <= comparison_page.MAX_RUNS:
+        return render(
+            request, "dashboard/compare.html",
+            {"error": f"Pick between 2 and {comparison_page.MAX_RUNS} runs to compare."},
+            status=400,
+        )  # fmt: skip
+    runs = [run_get_for_user(user=request.user, run_id=run_id) for run_id in ids]
+    if any(run is None for run in runs):
+        raise Http404("No such run in your projects.")
+    found = sorted((r for r in runs if r is not None), key=lambda r: (r.started_at, r.run_id))
+    context = comparison_page.compare_context(runs=found)  # A: the earliest, the baseline
+    return render(request, "dashboard/compare.html", context)
 
 
 @require_GET

@@ -9,9 +9,11 @@ from typing import Any
 from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
 
+from agent.protocol import API_PREFIX
 from perfweb.diagnostics import conf
 from perfweb.diagnostics.formatting import evidence_text
 from perfweb.diagnostics.models import Finding, RunDiagnosis, Trace
+from perfweb.diagnostics.summaries import summary_is_current
 from perfweb.runs.models import Run
 
 RECENT = timedelta(days=1)  # the sweep looks at runs seen within this
@@ -28,10 +30,13 @@ def finding_top_for_run(*, run: Run) -> Finding | None:
     return Finding.objects.filter(run=run).order_by("rank", "rule_id").first()
 
 
-def finding_brief_for_run(*, run: Run) -> dict[str, Any] | None:
-    """The top finding in the words an alert message quotes (perfweb.alerts.why):
-    `{"fix_id", "title", "gain", "evidence", "fix"}`, or None before any finding."""
-    top = finding_top_for_run(run=run)
+def finding_brief_for_run(*, run: Run, rule_id: str | None = None) -> dict[str, Any] | None:
+    """The top finding (or the one of `rule_id`) in the words an alert message quotes
+    (perfweb.alerts.why): `{"fix_id", "title", "gain", "evidence", "fix"}`, or None."""
+    if rule_id is None:
+        top = finding_top_for_run(run=run)
+    else:
+        top = Finding.objects.filter(run=run, rule_id=rule_id).first()
     if top is None:
         return None
     gain = top.measured_gain if top.measured_gain is not None else top.estimated_gain
@@ -75,10 +80,27 @@ def run_findings_json(*, run: Run) -> dict[str, Any]:
     }
 
 
+def trace_get(*, run: Run, trace_id: int) -> Trace | None:
+    """One of `run`'s stored traces (the caller has scoped `run` to the user's projects)."""
+    return Trace.objects.filter(run=run, id=trace_id).first()
+
+
+def trace_download_url(*, run: Run, trace: Trace) -> str:
+    return f"{API_PREFIX}/runs/{run.run_id}/traces/{trace.id}"
+
+
+def trace_tables_of(trace: Trace) -> dict[str, Any] | None:
+    """The stored operator/kernel tables (recommender.analysis.trace_tables), or None."""
+    stored = trace.summary or {}
+    return stored.get("tables") if summary_is_current(stored) else None
+
+
 def traces_json(*, run: Run) -> list[dict[str, Any]]:
     rows = Trace.objects.filter(run=run).order_by("created_at", "id")
     return [
         {
+            "id": t.id,
+            "download": trace_download_url(run=run, trace=t),
             "name": t.name,
             "agent_id": t.agent_id,
             "rank": t.rank,

@@ -18,6 +18,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from perfweb.diagnostics import conf, uploads
+from perfweb.diagnostics.comparison import regression_for
 from perfweb.diagnostics.evidence import run_evidence
 from perfweb.diagnostics.models import Finding, RunDiagnosis, Trace
 from perfweb.diagnostics.schemas import TraceChunk
@@ -26,9 +27,11 @@ from perfweb.projects.models import Project
 from perfweb.runs.models import Run, RunProcess
 from perfweb.runs.services import RunNotFound, run_heartbeat
 from recommender.analysis.summary import summarize
+from recommender.analysis.trace_tables import trace_tables
 from recommender.api import analyze_evidence
 from recommender.errors import InputError
 from recommender.rules.base import Finding as RuleFinding
+from recommender.rules.base import rank_findings
 from recommender.trace.loader import load_trace
 
 log = logging.getLogger(__name__)
@@ -113,7 +116,9 @@ def trace_analyse(*, trace: Trace) -> Trace:
         loaded = load_trace(path, fallback_rank=trace.rank or 0)
         if trace.rank is not None:
             loaded.rank = trace.rank
-        trace.summary, trace.analysis_error = summary_to_json(summarize(loaded)), ""
+        tables = trace_tables(path)
+        trace.summary = summary_to_json(summarize(loaded), tables=tables)
+        trace.analysis_error = ""
     except InputError as error:
         trace.summary, trace.analysis_error = None, str(error)[:500]
     except Exception as error:  # noqa: BLE001 - a trace the analysis fails on stays failed
@@ -152,7 +157,7 @@ def diagnose_run(*, run: Run) -> list[Finding] | None:
         for trace in Trace.objects.filter(run=run, analysis_error=""):
             trace_analyse(trace=trace)
         report = analyze_evidence(run_evidence(run=run), run_id=run.run_id)
-        findings = findings_store(run=run, findings=report.findings)
+        findings = findings_store(run=run, findings=_with_cross_run(run, report.findings))
     except Exception as error:
         RunDiagnosis.objects.filter(id=state.id).update(claimed_until=None, error=str(error)[:500])
         raise
@@ -160,6 +165,12 @@ def diagnose_run(*, run: Run) -> list[Finding] | None:
         claimed_until=None, diagnosed_at=state.started_at, data_seen_at=seen_at, error=""
     )
     return findings
+
+
+def _with_cross_run(run: Run, findings: list[RuleFinding]) -> list[RuleFinding]:
+    """The rules' findings plus `run.regression` against the job's baseline run, ranked."""
+    regression = regression_for(run=run)
+    return rank_findings([*findings, regression]) if regression else findings
 
 
 def findings_store(*, run: Run, findings: list[RuleFinding]) -> list[Finding]:

@@ -15,14 +15,17 @@ import orjson
 from recommender.analysis.gpu_time import Temporal
 from recommender.analysis.summary import TraceSummary
 
-FORMAT = 1  # bump when the stored shape changes: older summaries are analysed again
+FORMAT = 2  # bump when the stored shape changes: older summaries are analysed again
+# 2: the operator and kernel tables (recommender.analysis.trace_tables) stored beside it
 
 
-def summary_to_json(summary: TraceSummary) -> dict[str, Any]:
+def summary_to_json(
+    summary: TraceSummary, *, tables: dict[str, Any] | None = None
+) -> dict[str, Any]:
     raw = orjson.dumps(
         dataclasses.asdict(summary), option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
     )
-    return {"format": FORMAT, "summary": orjson.loads(raw)}
+    return {"format": FORMAT, "summary": orjson.loads(raw), "tables": tables}
 
 
 def summary_is_current(stored: dict[str, Any] | None) -> bool:

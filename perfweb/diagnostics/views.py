@@ -1,18 +1,20 @@
-"""`POST /api/v1/ingest/trace` and `GET /api/v1/runs/<run_id>/findings`: parse, call one
-function, reply (docs/protocol.md)."""
+"""`POST /api/v1/ingest/trace`, `GET /api/v1/runs/<run_id>/findings` and
+`GET /api/v1/runs/<run_id>/traces/<id>` (the stored file): parse, call one function, reply
+(docs/protocol.md)."""
 
 from __future__ import annotations
 
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse
+from django.http import FileResponse, HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
 from perfweb.api.auth import runs_required, token_required
 from perfweb.api.http import BadRequest, error_response, json_response, read_json
-from perfweb.diagnostics import selectors, services
+from perfweb.diagnostics import conf, selectors, services
 from perfweb.diagnostics.schemas import parse_trace_chunk
-from perfweb.diagnostics.uploads import BadTrace
+from perfweb.diagnostics.step_bands import step_bands
+from perfweb.diagnostics.uploads import TRACE_SUFFIX, BadTrace
 from perfweb.projects.models import Project
 from perfweb.runs.fields import Invalid
 from perfweb.runs.models import Run
@@ -49,3 +51,35 @@ def run_findings(request: HttpRequest, run_id: str, *, runs: QuerySet[Run]) -> H
     if run is None:
         return error_response("no such run", 404)
     return json_response(selectors.run_findings_json(run=run))
+
+
+@require_GET
+@runs_required
+def trace_download(
+    request: HttpRequest, run_id: str, trace_id: int, *, runs: QuerySet[Run]
+) -> HttpResponse:
+    """The trace as the agent uploaded it: gzip Kineto JSON, which Perfetto, chrome://tracing,
+    TensorBoard and HTA open as it is (so it is sent as a file, not with Content-Encoding)."""
+    run = run_get(runs=runs, run_id=run_id)
+    trace = selectors.trace_get(run=run, trace_id=trace_id) if run is not None else None
+    if run is None or trace is None:
+        return error_response("no such trace", 404)
+    try:
+        handle = (conf.trace_dir() / trace.path).open("rb")
+    except OSError:
+        return error_response("the trace file is no longer on the server", 410)
+    filename = f"{run.run_id}-{trace.name}{TRACE_SUFFIX}"
+    response = FileResponse(handle, as_attachment=True, filename=filename)
+    response["Content-Type"] = "application/gzip"
+    response["Cache-Control"] = "private, max-age=3600"
+    return response
+
+
+@require_GET
+@runs_required
+def run_step_bands(request: HttpRequest, run_id: str, *, runs: QuerySet[Run]) -> HttpResponse:
+    """The run's step times as a rolling median with its p10–p90 band, per rank."""
+    run = run_get(runs=runs, run_id=run_id)
+    if run is None:
+        return error_response("no such run", 404)
+    return json_response({"run": run.run_id, "bands": step_bands(run=run)})

@@ -184,3 +184,27 @@ def test_it_does_not_fire_finding_gain_for_a_small_finding() -> None:
     finding = Finding(fix_id="precision.tf32", title="tf32 off", gain=0.05)
     verdict = evaluate(kind="finding_gain", threshold=20, window=window({}, finding=finding))
     assert verdict.holds is False
+
+
+def test_it_fires_step_regression_on_a_regression_against_the_jobs_baseline_run() -> None:
+    regressed = Finding(fix_id="run.regression", title="Regressed vs run 0000000001: 12% slower")
+    verdict = evaluate(
+        kind="step_regression",
+        threshold=25,
+        window=window(
+            {("rank:0", "step.duration"): series(0.5)}, baseline_steps=[0.5] * 50,
+            regression=regressed,
+        ),
+    )  # fmt: skip
+    assert verdict.holds is True
+    assert verdict.summary.startswith("Regressed vs run 0000000001")
+    assert verdict.numbers["vs_baseline_run"] is True
+
+
+def test_it_keeps_step_regression_quiet_without_either_regression() -> None:
+    verdict = evaluate(
+        kind="step_regression",
+        threshold=25,
+        window=window({("rank:0", "step.duration"): series(0.5)}, baseline_steps=[0.5] * 50),
+    )
+    assert verdict.holds is False

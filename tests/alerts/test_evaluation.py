@@ -280,3 +280,23 @@ def test_a_low_utilisation_alert_says_how_many_gpu_hours_the_run_has_used_and_wa
     assert waste["wasted_cost"] == pytest.approx(3.6 * 300 / 3600, abs=0.01)
     line = next(x for x in text_lines(AlertEvent.objects.get().payload) if "GPU-hours" in x)
     assert line.startswith("GPU-hours so far: 1.00 (0.08 low utilisation, 0.00 idle holding")
+
+
+def test_the_step_regression_rule_fires_on_a_regression_against_the_jobs_baseline(
+    project: Any,
+) -> None:
+    from perfweb.diagnostics.models import Finding
+
+    AlertRule.objects.filter(project=project).exclude(kind="step_regression").update(enabled=False)
+    AlertRule.objects.filter(project=project, kind="step_regression").update(enabled=True)
+    run = run_create(project=project)
+    now = time.time()
+    samples_add(run=run, name="step.duration", values=0.5, end=now, seconds=300, device="rank:0")
+    assert tick() == []  # steady within the run, and no cross-run regression yet
+    Finding.objects.create(
+        run=run, rule_id="run.regression", rank=1, score=0.1, title="Regressed vs run abc: 12%",
+        risk="system", confidence=0.8, estimated_gain=0.1,
+    )  # fmt: skip
+    assert len(tick()) == 1
+    firing = AlertEvent.objects.get(alert__run=run)
+    assert firing.summary.startswith("Regressed vs run abc")

@@ -13,6 +13,7 @@ window.PerfwebRuns = (function () {
   function rowHtml(config, run) {
     const command = F.commandLine(run.command);
     return (
+      '<td class="pick"><input type="checkbox" name="run" value="' + F.escapeHtml(run.id) + '" form="compare-form" aria-label="Compare"></td>' +
       '<td><span class="status status-' + F.escapeHtml(run.status) + '" data-field="status">' + F.escapeHtml(run.status) + "</span></td>" +
       '<td class="run-name"><a href="' + runUrl(config, run.id) + '">' + F.escapeHtml(run.name || run.id) + "</a>" +
       '<small title="' + F.escapeHtml(command) + '">' +

@@ -68,7 +68,32 @@ window.PerfwebTimeline = (function () {
     });
   }
 
-  function rowTraces(row, series, rowIndex) {
+  // Step time (and request latency) as a rolling median with its p10–p90 band from the
+  // server's raw steps (GET <api>/steps/bands): a long run reads at a glance. The steps
+  // themselves are drawn once zoomed in (else listed in the legend, one click away).
+  function bandTraces(bandRows, device, ctx) {
+    const band = (ctx.bands || []).find(function (b) { return b.device === device && b.t.length; });
+    if (!band) return [];
+    const scale = bandRows.factor;
+    const y = function (values) { return values.map(function (v) { return v * scale; }); };
+    const x = band.t.map(toAxis);
+    const label = ctx.manyRanks ? " (" + deviceLabel(device) + ")" : "";
+    const common = { type: "scatter", mode: "lines", xaxis: "x", yaxis: bandRows.axis, legend: bandRows.legend };
+    const meta = function (metric) { return { device: device, metric: metric, raw_count: band.raw_count, window_steps: band.window_steps }; };
+    return [
+      Object.assign({ x: x, y: y(band.p10), line: { width: 0, color: STEP_COLOR }, hoverinfo: "skip", showlegend: false,
+        name: "p10" + label, meta: meta("step.duration.p10") }, common),
+      Object.assign({ x: x, y: y(band.p90), line: { width: 0, color: STEP_COLOR }, fill: "tonexty", fillcolor: STEP_COLOR + "2e",
+        name: "p10–p90" + label, meta: meta("step.duration.p90"),
+        hovertemplate: "p90 %{y:.4~g} " + bandRows.unit + "<extra></extra>" }, common),
+      Object.assign({ x: x, y: y(band.median), line: { width: 2.2, color: STEP_COLOR },
+        name: "step time, rolling median" + label, meta: meta("step.duration.median"),
+        hovertemplate: "median %{y:.4~g} " + bandRows.unit + " (window of " + band.window_steps + " steps)<extra></extra>" }, common),
+    ];
+  }
+
+  function rowTraces(row, series, rowIndex, ctx) {
+    ctx = ctx || {};
     const axis = rowIndex === 0 ? "y" : "y" + (rowIndex + 1);
     const legend = rowIndex === 0 ? "legend" : "legend" + (rowIndex + 1);
     const mine = series.filter(function (s) { return row.metrics.includes(s.name) && s.t.length; });
@@ -78,6 +103,7 @@ window.PerfwebTimeline = (function () {
     });
     const scale = scaleFor(row.unit, mine);
     const ranks = new Set(mine.map(function (s) { return s.device; }));
+    const banded = [];
     const traces = mine.map(function (s, i) {
       const isWait = s.name === "step.data_wait";
       const isStep = s.name === "step.duration";
@@ -96,7 +122,18 @@ window.PerfwebTimeline = (function () {
         meta: { device: s.device, metric: s.name, raw_count: s.raw_count, downsampled: s.downsampled },
       };
     });
-    return { traces: traces, unit: scale.unit };
+    mine.forEach(function (s, i) {
+      if (s.name !== "step.duration") return;
+      const band = bandTraces({ factor: scale.factor, axis: axis, legend: legend, unit: scale.unit }, s.device,
+        { bands: ctx.bands, manyRanks: ranks.size > 1 });
+      if (!band.length) return;
+      banded.push.apply(banded, band);
+      const raw = traces[i];
+      raw.name = raw.name.replace("step time", "each step");
+      raw.line = Object.assign({}, raw.line, { width: 1, color: raw.line.color + "99" });
+      if (!ctx.zoomed) raw.visible = "legendonly";
+    });
+    return { traces: banded.concat(traces), unit: scale.unit };
   }
 
   function layoutFor(drawn, runId) {
@@ -159,7 +196,7 @@ window.PerfwebTimeline = (function () {
   function create(config) {
     const el = document.getElementById(config.elementId || "timeline");
     const notesEl = document.getElementById(config.notesId || "no-data-rows");
-    const state = { overview: [], detail: null, shape: "", plotted: false };
+    const state = { overview: [], detail: null, shape: "", plotted: false, bands: [] };
 
     function pointsFor(factor) {
       const width = el.clientWidth || 1200;
@@ -170,7 +207,7 @@ window.PerfwebTimeline = (function () {
       const series = splice(state.overview, state.detail);
       const drawn = [];
       config.rows.forEach(function (row) {
-        const built = rowTraces(row, series, drawn.length);
+        const built = rowTraces(row, series, drawn.length, { bands: state.bands, zoomed: !!state.detail });
         if (built.traces.length) drawn.push({ row: row, traces: built.traces, unit: built.unit });
       });
       const present = new Set(drawn.map(function (d) { return d.row.key; }));
@@ -199,8 +236,12 @@ window.PerfwebTimeline = (function () {
     }
 
     async function loadOverview() {
-      const data = await API.getJson(config.api + "/timeline", { points: pointsFor(1) });
+      const [data, bands] = await Promise.all([
+        API.getJson(config.api + "/timeline", { points: pointsFor(1) }),
+        API.getJson(config.api + "/steps/bands").catch(function () { return { bands: [] }; }),
+      ]);
       state.overview = data.series || [];
+      state.bands = bands.bands || [];
     }
 
     async function loadDetail(start, end) {

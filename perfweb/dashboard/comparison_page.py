@@ -1,0 +1,91 @@
+"""The comparison page's context: each later run against the first (perfweb.diagnostics.
+comparison computes; this shapes it for the template and the page's script)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agent.protocol import API_PREFIX
+from perfweb.diagnostics.comparison import pair_comparison, run_steps, thinned
+from perfweb.diagnostics.formatting import pct
+from perfweb.runs.models import Run
+
+MAX_RUNS = 4
+CHART_STEPS = 3000  # steps per run sent to the page for the distributions and bands
+
+
+def compare_context(*, runs: list[Run]) -> dict[str, Any]:
+    base, others = runs[0], runs[1:]
+    pairs = [
+        {**_pair_view(pair_comparison(a=base, b=other)), "letter": _letter(index)}
+        for index, other in enumerate(others, start=1)
+    ]
+    return {
+        "runs": [_run_view(run, index) for index, run in enumerate(runs)],
+        "pairs": pairs,
+        "page_config": {
+            "runs": [_run_series(run, index) for index, run in enumerate(runs)],
+            "timelineApi": f"{API_PREFIX}/runs/RUN_ID/timeline",
+        },
+    }
+
+
+def _letter(index: int) -> str:
+    return "ABCDEFGH"[index]
+
+
+def _run_view(run: Run, index: int) -> dict[str, Any]:
+    return {
+        "letter": _letter(index),
+        "id": run.run_id,
+        "name": run.name or run.run_id,
+        "status": run.status,
+        "started_at": run.started_at,
+        "steps": run.step_count,
+    }
+
+
+def _run_series(run: Run, index: int) -> dict[str, Any]:
+    t, durations, _ = run_steps(run=run)
+    start = run.started_at.timestamp()
+    return {
+        "letter": _letter(index),
+        "id": run.run_id,
+        "name": run.name or run.run_id,
+        "start": start,
+        "t": [round(x - start, 3) for x in thinned(t, points=CHART_STEPS)],
+        "steps": thinned(durations, points=CHART_STEPS),
+    }
+
+
+def _ms(seconds: float | None) -> str:
+    return "—" if seconds is None else f"{seconds * 1000:,.2f} ms"
+
+
+def _stats_view(stats: dict[str, Any] | None) -> dict[str, str]:
+    if not stats:
+        return {"median": "—", "p10": "—", "p90": "—", "count": "0"}
+    return {"median": _ms(stats["median_s"]), "p10": _ms(stats["p10_s"]),
+            "p90": _ms(stats["p90_s"]), "count": f"{stats['count']:,}"}  # fmt: skip
+
+
+def _pair_view(pair: dict[str, Any]) -> dict[str, Any]:
+    ratio = pair["ratio"]
+    return {
+        **pair,
+        "a_view": _stats_view(pair["a_stats"]),
+        "b_view": _stats_view(pair["b_stats"]),
+        "a_wait": _ms(pair["a_wait_s"]),
+        "b_wait": _ms(pair["b_wait_s"]),
+        "change": pct(ratio["ratio"] - 1) if ratio else "—",
+        "interval": f"{pct(ratio['low'] - 1)} to {pct(ratio['high'] - 1)}" if ratio else "—",
+        "verdict": _verdict(ratio),
+    }
+
+
+def _verdict(ratio: dict[str, Any] | None) -> str:
+    if ratio is None:
+        return "too few steps"
+    if ratio["regressed"]:
+        return "slower"
+    return "faster" if ratio["improved"] else "no difference beyond the noise"
