@@ -35,6 +35,7 @@ _GPU_KINDS = {
 }
 _HOST_CATS = frozenset({"cuda_runtime", "cuda_driver", "Runtime", "Driver"})
 _CPU_CATS = {"cpu_op": CPU_OP, "Operator": CPU_OP, "user_annotation": CPU_ANNOTATION}
+_COMPILED_MARKS = ("CompiledFxGraph", "Torch-Compiled Region", "CompiledFunction")
 _ABSOLUTE_TS = 1e11  # after a prefix cut, larger timestamps (12+ digits) are ones it missed
 
 
@@ -85,6 +86,7 @@ class EventSink:
         self.cpu_op_counts: dict[str, int] = {}
         self.steps: list[tuple[int, float, float]] = []
         self.optimizer_step_ends: list[float] = []
+        self.compiled_regions = 0
 
     def _ts(self, value: Any) -> float:
         ts = float(value)
@@ -179,6 +181,8 @@ class EventSink:
             self.optimizer_step_ends.append(ts + dur)
         if "DataLoader" in name:
             cpu_class = CPU_DATALOADER
+        if "ompile" in name and any(mark in name for mark in _COMPILED_MARKS):
+            self.compiled_regions += 1
         if cpu_class == CPU_OP:
             self.cpu_op_counts[name] = self.cpu_op_counts.get(name, 0) + 1
         self.cpu_ts.append(ts)
@@ -246,5 +250,6 @@ class EventSink:
             cpu_op_counts=self.cpu_op_counts,
             fractional_timestamps=self.prefix_cut,
             steps_from_profiler=steps_from_profiler,
+            compiled_regions=self.compiled_regions,
             **meta,
         )

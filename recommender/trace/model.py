@@ -121,3 +121,4 @@ class RankTrace:
     compute_capability: tuple[int, int] | None = None
     fractional_timestamps: bool = False
     steps_from_profiler: bool = True  # False: steps inferred from Optimizer.step annotations
+    compiled_regions: int = 0  # CPU events of torch.compile'd code (CompiledFxGraph, ...)
