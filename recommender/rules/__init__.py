@@ -9,6 +9,7 @@ from recommender.rules import (  # noqa: F401 (importing registers the rules)
     cpu,
     data_path,
     distributed,
+    fusion,
     memory,
     operator,
     system,

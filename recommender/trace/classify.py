@@ -68,10 +68,11 @@ _FP32_SIMT = re.compile(
     re.IGNORECASE,
 )
 # Kernel families of eager PyTorch that a compiler would fuse (TraceLens' elementwise,
-# normalisation and concat categories).
+# normalisation and concat categories; eager reductions such as RMSNorm's mean count as
+# elementwise).
 _ELEMENTWISE = re.compile(
     r"elementwise_kernel|elementwise_kernel_manual_unroll|unrolled_elementwise|"
-    r"vectorized_elementwise|index_elementwise|FillFunctor|copy_kernel",
+    r"vectorized_elementwise|index_elementwise|FillFunctor|copy_kernel|at::native::reduce_kernel",
     re.IGNORECASE,
 )
 _NORMALISATION = re.compile(

@@ -144,6 +144,9 @@ POSITIVE: dict[str, Builder] = {
     "attention.fused": _trace(
         markers={"aten::bmm": 40, "aten::softmax": 20}, tensor_cores={"softmax_bmm_share": 0.4}
     ),
+    "fusion.elementwise": _trace(
+        tensor_cores={"elementwise_share": 0.5, "normalisation_share": 0.1, "concat_share": 0.06}
+    ),
     "batch.increase": _with(
         _healthy,
         series=[_series("gpu.utilization", [20.0] * 30), _series("torch.cuda_peak", [8e9] * 5)],
