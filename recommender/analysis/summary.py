@@ -52,6 +52,7 @@ class TraceSummary:
     cpu_ops: dict[str, float] = field(default_factory=dict)
     markers: dict[str, int] = field(default_factory=dict)
     compile: dict[str, float] = field(default_factory=dict)
+    step_timeline: dict[str, float] | None = None  # busy/idle inside GPU-side ProfilerSteps
     world_size: int | None = None
     backend: str | None = None
     compute_capability: tuple[int, int] | None = None
@@ -101,6 +102,7 @@ class TraceSummary:
             "cpu_ops": self.cpu_ops,
             "markers": self.markers,
             "compile": self.compile,
+            "step_timeline": self.step_timeline,
         }
 
 
@@ -126,6 +128,7 @@ def summarize(trace: RankTrace) -> TraceSummary:
         cpu_ops=host_device.cpu_op_stats(trace),
         markers={op: trace.cpu_op_counts[op] for op in MARKER_OPS if op in trace.cpu_op_counts},
         compile=host_device.compile_stats(trace),
+        step_timeline=gpu_time.step_timeline(trace),
         world_size=trace.world_size,
         backend=trace.backend,
         compute_capability=trace.compute_capability,

@@ -87,6 +87,7 @@ class EventSink:
         self.steps: list[tuple[int, float, float]] = []
         self.optimizer_step_ends: list[float] = []
         self.compiled_regions = 0
+        self.gpu_steps: list[tuple[float, float]] = []  # GPU-side ProfilerStep (ts, dur)
 
     def _ts(self, value: Any) -> float:
         ts = float(value)
@@ -144,6 +145,8 @@ class EventSink:
             )
         elif cat in _CPU_CATS:
             self._add_cpu(self._ts(ts), float(dur), name, _CPU_CATS[cat])
+        elif cat == "gpu_user_annotation" and name.startswith("ProfilerStep"):
+            self.gpu_steps.append((self._ts(ts), float(dur)))
 
     def _add_gpu(
         self, ts: float, dur: float, name: str, cat: Any, stream: int, corr: int, nbytes: int
@@ -251,5 +254,6 @@ class EventSink:
             fractional_timestamps=self.prefix_cut,
             steps_from_profiler=steps_from_profiler,
             compiled_regions=self.compiled_regions,
+            gpu_steps=sorted((ts - origin, dur) for ts, dur in self.gpu_steps),
             **meta,
         )

@@ -122,3 +122,4 @@ class RankTrace:
     fractional_timestamps: bool = False
     steps_from_profiler: bool = True  # False: steps inferred from Optimizer.step annotations
     compiled_regions: int = 0  # CPU events of torch.compile'd code (CompiledFxGraph, ...)
+    gpu_steps: list[tuple[float, float]] = field(default_factory=list)  # GPU ProfilerStep spans
