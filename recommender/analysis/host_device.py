@@ -7,6 +7,7 @@ import numpy as np
 
 from recommender.analysis.intervals import merge, overlap_length, total
 from recommender.trace.classify import (
+    collective_kind,
     fusible_family,
     is_conv_kernel,
     is_dense_math_kernel,
@@ -19,6 +20,7 @@ from recommender.trace.model import (
     CPU_OP,
     KIND_KERNEL,
     KIND_MEMCPY,
+    TYPE_COMMUNICATION,
     TYPE_COMPUTATION,
     RankTrace,
 )
@@ -200,3 +202,27 @@ def compile_stats(trace: RankTrace) -> dict[str, float]:
         "compiled_regions": trace.compiled_regions,
         "generated_kernel_share": round(generated_us / total_us, 4) if total_us else 0.0,
     }
+
+
+def collective_stats(trace: RankTrace) -> dict[str, dict[str, float]]:
+    """Per collective kind (AllReduce, Broadcast, Reduce, ...): kernel count, time (µs) and
+    the time not overlapped by computation (exposed, µs)."""
+    gpu = trace.gpu
+    comm = gpu.gpu_type == TYPE_COMMUNICATION
+    if not comm.any():
+        return {}
+    compute = gpu.gpu_type == TYPE_COMPUTATION
+    computing = merge(gpu.ts[compute], gpu.end[compute])
+    kinds = np.array([collective_kind(n) for n in trace.gpu_names] + [""], dtype=object)
+    per_event = kinds[gpu.name_id]
+    out: dict[str, dict[str, float]] = {}
+    for kind in sorted({str(k) for k in per_event[comm]}):
+        mask = comm & (per_event == kind)
+        union = merge(gpu.ts[mask], gpu.end[mask])
+        busy = total(*union)
+        out[kind] = {
+            "count": int(mask.sum()),
+            "us": round(busy, 3),
+            "exposed_us": round(busy - overlap_length(union, computing), 3),
+        }
+    return out

@@ -53,6 +53,8 @@ class TraceSummary:
     markers: dict[str, int] = field(default_factory=dict)
     compile: dict[str, float] = field(default_factory=dict)
     step_timeline: dict[str, float] | None = None  # busy/idle inside GPU-side ProfilerSteps
+    collectives: dict[str, dict[str, float]] = field(default_factory=dict)
+    training: bool = False  # the trace holds backward passes (autograd engine events)
     world_size: int | None = None
     backend: str | None = None
     compute_capability: tuple[int, int] | None = None
@@ -103,6 +105,8 @@ class TraceSummary:
             "markers": self.markers,
             "compile": self.compile,
             "step_timeline": self.step_timeline,
+            "collectives": self.collectives,
+            "training": self.training,
         }
 
 
@@ -129,6 +133,8 @@ def summarize(trace: RankTrace) -> TraceSummary:
         markers={op: trace.cpu_op_counts[op] for op in MARKER_OPS if op in trace.cpu_op_counts},
         compile=host_device.compile_stats(trace),
         step_timeline=gpu_time.step_timeline(trace),
+        collectives=host_device.collective_stats(trace),
+        training=trace.backward_ops > 0,
         world_size=trace.world_size,
         backend=trace.backend,
         compute_capability=trace.compute_capability,

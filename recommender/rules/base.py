@@ -67,6 +67,12 @@ class Finding:
     fix: Fix
     doc: str = ""
     measured_gain: float | None = None  # set when an optimisation job verified the fix
+    critical: bool = False  # the run ends, hangs or silently trains wrong: ranks first
+
+    @property
+    def prior(self) -> bool:
+        """Whether the gain is a fixed prior, not computed from this run's measurements."""
+        return self.gain_basis.startswith("prior")
 
     @property
     def score(self) -> float:
@@ -86,6 +92,8 @@ class Finding:
             "gain_basis": self.gain_basis,
             "measured_gain": self.measured_gain,
             "score": round(self.score, 4),
+            "critical": self.critical,
+            "prior": self.prior,
             "evidence": [e.as_json() for e in self.evidence],
             "fix": self.fix.as_json(),
             "doc": self.doc,
@@ -133,8 +141,13 @@ def finding(
     basis: str,
     evidence: list[Evidence],
     fix: Fix,
+    critical: bool = False,
 ) -> Finding:
-    """Build a Finding for a registered rule (risk class and doc come from the registry)."""
+    """Build a Finding for a registered rule (risk class and doc come from the registry).
+
+    A `basis` that starts with "prior" marks the gain as a fixed prior (no measurement);
+    `critical` marks a finding that ends, hangs or corrupts the run (gain 0, ranked first).
+    """
     registered = REGISTRY[rule_id]
     return Finding(
         id=rule_id,
@@ -146,9 +159,23 @@ def finding(
         evidence=evidence,
         fix=fix,
         doc=registered.doc,
+        critical=critical,
     )
 
 
+def rank_tier(found: Finding) -> int:
+    """0: critical (the run ends or hangs); 1: a gain measured on this run (or verified by a
+    job); 2: a prior gain, which never outranks a measured one; 3: no gain to claim."""
+    if found.critical:
+        return 0
+    if found.score <= 0:
+        return 3
+    return 2 if found.prior and found.measured_gain is None else 1
+
+
 def rank_findings(findings: list[Finding]) -> list[Finding]:
-    """Best first: by score, then risk class order, then id (stable, deterministic)."""
-    return sorted(findings, key=lambda f: (-f.score, RISK_CLASSES.index(f.risk), f.id))
+    """Best first: by tier (critical, measured, prior, none), then score, then risk class
+    order, then id (stable, deterministic)."""
+    return sorted(
+        findings, key=lambda f: (rank_tier(f), -f.score, RISK_CLASSES.index(f.risk), f.id)
+    )

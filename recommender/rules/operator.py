@@ -270,19 +270,31 @@ def precision_scaler_misuse(evidence: RunEvidence) -> Finding | None:
     Why: fp16 gradients underflow to zero without loss scaling; a scaler that never updates
     keeps a stale scale, skipping steps or underflowing. Training silently degrades.
 
+    A GradScaler built with `enabled=False` counts as none. Both cases are critical: the run
+    trains wrong without failing.
+
     Fix: scale -> backward -> step -> update, every step.
     """
     items: list[Evidence] = []
     if evidence.fact("amp.scaler_step_without_update") is True:
         items.append(Evidence("scaler.step without scaler.update", True, "flag", "facts"))
     dtype = str(evidence.fact("amp.autocast_dtype", ""))
+    scaler_works = (
+        evidence.fact("amp.grad_scaler") is True
+        and evidence.fact("amp.grad_scaler_enabled") is not False
+    )
     if (
         "float16" in dtype
         and "bfloat16" not in dtype
         and evidence.fact("training.backward") is True
-        and evidence.fact("amp.grad_scaler") is not True
+        and not scaler_works
     ):
-        items.append(Evidence("fp16 autocast without GradScaler", dtype, "", "facts"))
+        label = (
+            "fp16 autocast with GradScaler(enabled=False)"
+            if evidence.fact("amp.grad_scaler_enabled") is False
+            else "fp16 autocast without GradScaler"
+        )
+        items.append(Evidence(label, dtype, "", "facts"))
     if not items:
         return None
     return finding(
@@ -290,7 +302,8 @@ def precision_scaler_misuse(evidence: RunEvidence) -> Finding | None:
         title="fp16 mixed precision without a working GradScaler",
         confidence=0.8,
         gain=0.0,
-        basis="correctness, not speed: no time estimate",
+        basis="correctness, not speed: no time estimate (critical)",
+        critical=True,
         evidence=items,
         fix=Fix(
             text="Use GradScaler in the order scale, backward, step, update.",

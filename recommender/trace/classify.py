@@ -96,6 +96,28 @@ def kernel_type(name: str) -> int:
     return TYPE_OTHER
 
 
+_COLLECTIVES = (
+    ("AllReduce", re.compile(r"all_?reduce", re.IGNORECASE)),
+    ("ReduceScatter", re.compile(r"reduce_?scatter", re.IGNORECASE)),
+    ("AllGather", re.compile(r"all_?gather", re.IGNORECASE)),
+    ("AllToAll", re.compile(r"all_?to_?all", re.IGNORECASE)),
+    ("Broadcast", re.compile(r"broadcast", re.IGNORECASE)),
+    ("SendRecv", re.compile(r"send|recv", re.IGNORECASE)),
+    ("Reduce", re.compile(r"reduce", re.IGNORECASE)),
+)
+
+
+def collective_kind(name: str) -> str:
+    """The collective a communication kernel runs ("AllReduce", "Broadcast", ...), "Other"
+    when its name does not say (e.g. NCCL 2.19's ncclDevKernel_Generic), "" for non-comm."""
+    if kernel_type(name) != TYPE_COMMUNICATION:
+        return ""
+    for kind, pattern in _COLLECTIVES:
+        if pattern.search(name):
+            return kind
+    return "Other"
+
+
 def is_tensor_core_kernel(name: str) -> bool:
     """Whether a kernel name says it runs on tensor cores (or AMD matrix cores)."""
     return _TENSOR_CORE.search(name) is not None

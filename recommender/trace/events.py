@@ -87,6 +87,7 @@ class EventSink:
         self.steps: list[tuple[int, float, float]] = []
         self.optimizer_step_ends: list[float] = []
         self.compiled_regions = 0
+        self.backward_ops = 0
         self.gpu_steps: list[tuple[float, float]] = []  # GPU-side ProfilerStep (ts, dur)
 
     def _ts(self, value: Any) -> float:
@@ -186,6 +187,8 @@ class EventSink:
             cpu_class = CPU_DATALOADER
         if "ompile" in name and any(mark in name for mark in _COMPILED_MARKS):
             self.compiled_regions += 1
+        elif name.startswith("autograd::engine::evaluate_function"):
+            self.backward_ops += 1
         if cpu_class == CPU_OP:
             self.cpu_op_counts[name] = self.cpu_op_counts.get(name, 0) + 1
         self.cpu_ts.append(ts)
@@ -254,6 +257,7 @@ class EventSink:
             fractional_timestamps=self.prefix_cut,
             steps_from_profiler=steps_from_profiler,
             compiled_regions=self.compiled_regions,
+            backward_ops=self.backward_ops,
             gpu_steps=sorted((ts - origin, dur) for ts, dur in self.gpu_steps),
             **meta,
         )

@@ -56,7 +56,8 @@ TABLE = [
     # V100 rank 1 of 2, compiled (CompiledFunction), 32% communication
     Row("hta/df_index_resolver/df_index_resolver.json.gz",
         dense=0.42, tensor=0.00, fp32=1.00, comm=0.32, fusible=0.21, compiled=True,
-        first=("launch.overhead", "precision.amp", "distributed.comm_bound"),
+        first=("launch.overhead", "precision.amp", "distributed.grad_accumulation",
+               "distributed.comm_bound"),
         never=("fusion.elementwise",)),
     # the same job before (A100) and after (V100) a change
     Row("hta/trace_diff/control/control.json.gz",
