@@ -19,6 +19,7 @@ from recommender.rules.signals import data_wait_share, ranks_per_host, usable_co
 
 DATA_BOUND_SHARE = 0.10  # step time waiting on the DataLoader above which the loop is data-bound
 IDLE_WORKERS_SHARE = 0.5  # not data-bound: at most this share of a rank's cores for workers
+WORKERS_CAP = 8  # data-bound: workers proposed at most (each holds a copy of the dataset)
 
 
 @dataclass(frozen=True)
@@ -30,8 +31,8 @@ class CoreBudget:
     intra: int  # intra-op threads per rank now
     workers: int  # DataLoader workers per rank now
     data_bound: bool
-    workers_target: int
-    intra_target: int
+    workers_target: int  # what the workers fix proposes (the current count when none is shown)
+    intra_target: int  # the rank's cores left beside workers_target
 
     @property
     def per_rank(self) -> int:
@@ -67,6 +68,9 @@ def core_budget(evidence: RunEvidence) -> CoreBudget | None:
     workers_target = _workers_target(
         per_rank=per_rank, workers=workers, data_bound=data_bound, has_loader=bool(loaders)
     )
+    oversubscribed = ranks * (intra + workers) > cores
+    if not data_bound and not (workers > workers_target and oversubscribed):
+        workers_target = workers  # no workers fix will be shown: the threads fit around them
     intra_target = max(1, per_rank - workers_target)
     return CoreBudget(
         cores=cores,
@@ -80,12 +84,12 @@ def core_budget(evidence: RunEvidence) -> CoreBudget | None:
 
 
 def _workers_target(*, per_rank: int, workers: int, data_bound: bool, has_loader: bool) -> int:
-    """Workers per rank: more for a data-bound loop (leaving a core for the rank's own
-    threads), fewer for one that is not (at most half the rank's cores), never more than the
-    cores allow."""
+    """Workers per rank: for a data-bound loop every core but one (up to WORKERS_CAP, or the
+    workers it already has), for one that is not at most half the rank's cores; never more
+    than the cores allow."""
     if not has_loader:
         return 0
     room = max(1, per_rank - 1)
     if data_bound:
-        return min(room, max(workers + 1, 2 * workers, 2))
+        return min(room, max(workers, WORKERS_CAP))
     return min(workers, room, max(1, int(per_rank * IDLE_WORKERS_SHARE)))

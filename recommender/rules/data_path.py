@@ -6,7 +6,7 @@ import statistics
 
 from recommender.evidence import RunEvidence
 from recommender.rules.base import Evidence, Finding, Fix, finding, rule
-from recommender.rules.cpu_budget import CoreBudget, core_budget
+from recommender.rules.cpu_budget import WORKERS_CAP, CoreBudget, core_budget
 from recommender.rules.signals import data_wait_share, per_step, trace_share
 from recommender.thresholds import DATA_WAIT_SHARE_MIN
 
@@ -76,12 +76,23 @@ def dataloader_num_workers(evidence: RunEvidence) -> Finding | None:
 
 
 def _workers_fix(budget: CoreBudget | None, target: int, workers: int | None) -> Fix:
-    """Raise the workers within the core budget (and lower the threads to make room)."""
+    """Raise the workers within the core budget (and lower the threads to make room); past
+    the cores, more workers only compete with each other: bring them back into the budget."""
+    if budget is not None and workers is not None and target < workers:
+        return Fix(
+            text=f"{workers} worker(s) are more than this rank's {budget.per_rank} cores can run "
+            f"at once; use {target} worker(s) with {budget.intra_target} intra-op thread(s) and "
+            "make each sample cheaper to load (pre-decoded data, vectorised transforms).",
+            snippet=f"torch.set_num_threads({budget.intra_target})\n"
+            f"DataLoader(dataset, ..., num_workers={target}, persistent_workers=True)",
+            knob=f"num_workers={target}",
+        )
     if workers is not None and target <= workers:
         return Fix(
-            text=f"The {workers} worker(s) already take this rank's share of the cores; make "
-            "each sample cheaper to load (pre-decoded data, vectorised transforms) and keep "
-            "the workers alive between epochs.",
+            text=f"The {workers} worker(s) are as many as the core budget gives (the rank's "
+            f"cores less one, at most {WORKERS_CAP} workers); make each sample cheaper to "
+            "load (pre-decoded data, vectorised transforms) and keep the workers alive "
+            "between epochs.",
             snippet="DataLoader(dataset, ..., persistent_workers=True, prefetch_factor=4)",
         )
     threads = ""
