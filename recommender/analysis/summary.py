@@ -55,6 +55,7 @@ class TraceSummary:
     step_timeline: dict[str, float] | None = None  # busy/idle inside GPU-side ProfilerSteps
     collectives: dict[str, dict[str, float]] = field(default_factory=dict)
     training: bool = False  # the trace holds backward passes (autograd engine events)
+    cpu_events: int = -1  # CPU operator / annotation events (0: a GPU-only trace); -1: unknown
     world_size: int | None = None
     backend: str | None = None
     compute_capability: tuple[int, int] | None = None
@@ -107,6 +108,7 @@ class TraceSummary:
             "step_timeline": self.step_timeline,
             "collectives": self.collectives,
             "training": self.training,
+            "cpu_events": self.cpu_events,
         }
 
 
@@ -135,6 +137,7 @@ def summarize(trace: RankTrace) -> TraceSummary:
         step_timeline=gpu_time.step_timeline(trace),
         collectives=host_device.collective_stats(trace),
         training=trace.backward_ops > 0,
+        cpu_events=len(trace.cpu),
         world_size=trace.world_size,
         backend=trace.backend,
         compute_capability=trace.compute_capability,

@@ -25,6 +25,34 @@ RISK_WEIGHT = {
 }
 
 
+# Count units in the plural, and their singular for a count of exactly one ("1 process").
+SINGULAR_UNITS = {
+    "processes": "process",
+    "threads": "thread",
+    "cores": "core",
+    "workers": "worker",
+    "calls": "call",
+    "steps": "step",
+    "ranks": "rank",
+    "parameters": "parameter",
+    "regions": "region",
+    "copies": "copy",
+    "ops": "op",
+    "samples": "sample",
+    "stalls": "stall",
+}
+
+
+def counted(count: float, singular: str, plural: str | None = None) -> str:
+    """ "1 core", "8 cores" (plural defaults to singular + "s")."""
+    return f"{count:g} {singular if count == 1 else plural or singular + 's'}"
+
+
+def times(count: float) -> str:
+    """ "1 time", "2 times", "0.5 times" (a count of calls, for titles)."""
+    return f"{count:g} time" if count == 1 else f"{count:g} times"
+
+
 @dataclass(frozen=True)
 class Evidence:
     """One measured number behind a finding."""
@@ -34,10 +62,22 @@ class Evidence:
     unit: str
     source: str  # "trace", "metrics", "facts" (with detail, e.g. "trace rank 0")
 
+    @property
+    def display_unit(self) -> str:
+        """The unit as read after the value: singular for a count of exactly one."""
+        if self.value == 1 and not isinstance(self.value, bool):
+            return SINGULAR_UNITS.get(self.unit, self.unit)
+        return self.unit
+
     def as_json(self) -> dict[str, Any]:
         """JSON form."""
         value = round(self.value, 4) if isinstance(self.value, float) else self.value
-        return {"label": self.label, "value": value, "unit": self.unit, "source": self.source}
+        return {
+            "label": self.label,
+            "value": value,
+            "unit": self.display_unit,
+            "source": self.source,
+        }
 
 
 @dataclass(frozen=True)

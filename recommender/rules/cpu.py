@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 
 from recommender.evidence import RunEvidence
-from recommender.rules.base import Evidence, Finding, Fix, finding, rule
+from recommender.rules.base import Evidence, Finding, Fix, counted, finding, rule
 from recommender.rules.cpu_budget import CoreBudget, core_budget
 from recommender.rules.signals import usable_cores
 
@@ -39,7 +39,7 @@ def cpu_thread_oversubscription(evidence: RunEvidence) -> Finding | None:
     target = budget.intra_target
     return finding(
         "cpu.thread_oversubscription",
-        title=f"{budget.busy_threads} busy threads on {budget.cores} cores "
+        title=f"{counted(budget.busy_threads, 'busy thread')} on {counted(budget.cores, 'core')} "
         f"({ratio:.1f}x oversubscribed)",
         confidence=0.6,
         gain=min(0.5, OVERSUBSCRIPTION_COST * (ratio - 1)),
@@ -76,7 +76,8 @@ def cpu_threads_too_few(evidence: RunEvidence) -> Finding | None:
     gain = THREADS_PRIOR_GAIN * (1 - budget.intra / target)
     return finding(
         "cpu.threads_too_few",
-        title=f"{budget.intra} intra-op thread(s) on {budget.per_rank} cores per process",
+        title=f"{counted(budget.intra, 'intra-op thread')} on "
+        f"{counted(budget.per_rank, 'core')} per process",
         confidence=0.5 if len(cpu) >= MIN_SAMPLES else 0.3,
         gain=gain,
         basis=f"prior: up to {THREADS_PRIOR_GAIN:.0%} of step time for the idle cores "

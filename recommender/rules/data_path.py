@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 
 from recommender.evidence import RunEvidence
-from recommender.rules.base import Evidence, Finding, Fix, finding, rule
+from recommender.rules.base import Evidence, Finding, Fix, finding, rule, times
 from recommender.rules.cpu_budget import WORKERS_CAP, CoreBudget, core_budget
 from recommender.rules.signals import data_wait_share, per_step, trace_share
 from recommender.thresholds import DATA_WAIT_SHARE_MIN
@@ -286,7 +286,7 @@ def sync_host_device(evidence: RunEvidence) -> Finding | None:
     if evidence.uses_cuda() and per_step_fact >= SYNCS_PER_STEP_MIN:
         return finding(
             "sync.host_device",
-            title=f"torch.cuda.synchronize() called {per_step_fact:g} times per step",
+            title=f"torch.cuda.synchronize() called {times(per_step_fact)} per step",
             confidence=0.5,
             gain=SYNC_PRIOR_GAIN,
             basis="prior: per-step synchronisations typically cost a few percent (no trace)",
@@ -330,7 +330,7 @@ def memory_empty_cache_in_loop(evidence: RunEvidence) -> Finding | None:
             break
     return finding(
         "memory.empty_cache_in_loop",
-        title=f"torch.cuda.empty_cache() is called {calls:g} times per step",
+        title=f"torch.cuda.empty_cache() is called {times(calls)} per step",
         confidence=confidence,
         gain=gain,
         basis=basis,
@@ -373,7 +373,7 @@ def memory_fragmentation(evidence: RunEvidence) -> Finding | None:
             items.append(Evidence("reserved / allocated", ratio, "ratio", "metrics"))
         return finding(
             "memory.fragmentation",
-            title=f"cudaMalloc/cudaFree {per_step(trace, calls):.1f} times per step",
+            title=f"cudaMalloc/cudaFree {times(round(per_step(trace, calls), 1))} per step",
             confidence=0.7 if ratio is not None else 0.5,
             gain=share,
             basis="Amdahl on the measured cudaMalloc/cudaFree time",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from recommender.evidence import RunEvidence
-from recommender.rules.base import Evidence, Finding, Fix, finding, rule
+from recommender.rules.base import Evidence, Finding, Fix, counted, finding, rule
 from recommender.rules.cpu_budget import core_budget
 
 OVERSUBSCRIPTION_COST = 0.15  # prior: share of CPU-side time lost per 1x of oversubscription
@@ -30,7 +30,8 @@ def dataloader_too_many_workers(evidence: RunEvidence) -> Finding | None:
     target = budget.workers_target
     return finding(
         "dataloader.too_many_workers",
-        title=f"{budget.ranks} x {budget.workers} DataLoader workers on {budget.cores} cores, "
+        title=f"{budget.ranks} x {counted(budget.workers, 'DataLoader worker')} on "
+        f"{counted(budget.cores, 'core')}, "
         "and the loop does not wait for data",
         confidence=0.6,
         gain=min(0.5, OVERSUBSCRIPTION_COST * (ratio - 1)),

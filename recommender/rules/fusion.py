@@ -58,8 +58,8 @@ def fusion_elementwise(evidence: RunEvidence) -> Finding | None:
         title=f"Eager elementwise/normalisation/concat kernels take {total:.0%} of kernel time",
         confidence=0.5,
         gain=step_share * FUSION_SAVING,
-        basis=f"their share of GPU busy time ({step_share:.1%}) x {FUSION_SAVING:.0%} "
-        "(prior: memory traffic fusion removes)",
+        basis=f"their share of the kernel span ({step_share:.1%}: busy share x their share of "
+        f"kernel time) x {FUSION_SAVING:.0%} (prior: memory traffic fusion removes)",
         evidence=items,
         fix=Fix(
             text="Fuse the elementwise chains with torch.compile"
