@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from recommender.evidence import RunEvidence, StepSample
 from recommender.rules import REGISTRY, diagnose
 
@@ -97,3 +99,19 @@ def test_gpu_launch_overhead_keeps_cuda_graphs() -> None:
     )
     found = REGISTRY["launch.overhead"].func(evidence)
     assert found is not None and found.fix.knob == "compile=reduce-overhead"
+
+
+def test_a_wrong_backend_measures_its_gain_from_the_trace(make_summary) -> None:  # noqa: ANN001
+    trace = make_summary(
+        collectives={"AllReduce": {"count": 40, "us": 30_000.0, "exposed_us": 24_000.0}}
+    )
+    evidence = RunEvidence(
+        facts={"distributed.backend": "gloo", "cuda.initialized": True}, traces=[trace]
+    )
+    found = REGISTRY["distributed.backend"].func(evidence)
+    assert found is not None and not found.prior
+    assert found.estimated_gain == pytest.approx(0.24 * (1 - 1 / 3))
+    without = REGISTRY["distributed.backend"].func(
+        RunEvidence(facts={"distributed.backend": "gloo", "cuda.initialized": True})
+    )
+    assert without is not None and without.prior
