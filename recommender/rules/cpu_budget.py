@@ -16,8 +16,9 @@ from dataclasses import dataclass
 
 from recommender.evidence import RunEvidence
 from recommender.rules.signals import data_wait_share, ranks_per_host, usable_cores
+from recommender.thresholds import DATA_WAIT_SHARE_MIN
 
-DATA_BOUND_SHARE = 0.10  # step time waiting on the DataLoader above which the loop is data-bound
+DATA_BOUND_SHARE = DATA_WAIT_SHARE_MIN  # the same "input bound" as dataloader.num_workers
 IDLE_WORKERS_SHARE = 0.5  # not data-bound: at most this share of a rank's cores for workers
 WORKERS_CAP = 8  # data-bound: workers proposed at most (each holds a copy of the dataset)
 

@@ -115,3 +115,13 @@ def test_a_wrong_backend_measures_its_gain_from_the_trace(make_summary) -> None:
         RunEvidence(facts={"distributed.backend": "gloo", "cuda.initialized": True})
     )
     assert without is not None and without.prior
+
+
+def test_compiled_inference_is_not_told_to_compile(make_summary) -> None:  # noqa: ANN001
+    facts = {"training.backward": False, "cuda.initialized": True}
+    eager = RunEvidence(facts=facts, steps=_steps(), traces=[make_summary()])
+    assert REGISTRY["inference.compile_runtime"].func(eager) is not None
+    compiled = RunEvidence(
+        facts=facts, steps=_steps(), traces=[make_summary(compile={"compiled_regions": 4})]
+    )
+    assert REGISTRY["inference.compile_runtime"].func(compiled) is None
