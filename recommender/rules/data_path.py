@@ -80,9 +80,10 @@ def _workers_fix(budget: CoreBudget | None, target: int, workers: int | None) ->
     the cores, more workers only compete with each other: bring them back into the budget."""
     if budget is not None and workers is not None and target < workers:
         return Fix(
-            text=f"{workers} worker(s) are more than this rank's {budget.per_rank} cores can run "
-            f"at once; use {target} worker(s) with {budget.intra_target} intra-op thread(s) and "
-            "make each sample cheaper to load (pre-decoded data, vectorised transforms).",
+            text=f"{workers} worker(s) beside the rank's own thread(s) need more than its "
+            f"{budget.per_rank} cores; use {target} worker(s) with {budget.intra_target} "
+            "intra-op thread(s) and make each sample cheaper to load (pre-decoded data, "
+            "vectorised transforms).",
             snippet=f"torch.set_num_threads({budget.intra_target})\n"
             f"DataLoader(dataset, ..., num_workers={target}, persistent_workers=True)",
             knob=f"num_workers={target}",
