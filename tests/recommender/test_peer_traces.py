@@ -24,6 +24,7 @@ from recommender.analysis.summary import TraceSummary, summarize
 from recommender.evidence import RunEvidence
 from recommender.rules import diagnose
 from recommender.rules.base import Finding
+from recommender.rules.sharing import CLAIMS, available_time
 from recommender.trace.loader import load_trace
 from tests.recommender.conftest import PEER
 
@@ -239,3 +240,13 @@ def test_it_agrees_with_tracelens_golden_gpu_timeline(trace: str) -> None:
             assert timeline[f"{key}_pct"] == pytest.approx(
                 golden[f"{key}_time"][1], abs=TRACELENS_TOLERANCE_PP
             )
+
+
+@pytest.mark.parametrize("row", TABLE, ids=[r.trace for r in TABLE])
+def test_the_gains_claimed_on_a_real_trace_fit_the_time_it_shows(row: Row) -> None:
+    summary, findings = _analysed(row.trace)
+    available = available_time(RunEvidence(traces=[summary]))
+    for kind, cap in available.items():
+        claimed = sum(f.estimated_gain for f in findings if CLAIMS.get(f.id) == kind)
+        assert claimed <= cap + 1e-9, (kind, [(f.id, f.estimated_gain) for f in findings])
+    assert sum(f.estimated_gain for f in findings) <= 1.0 + 1e-9
