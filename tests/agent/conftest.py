@@ -51,11 +51,7 @@ def attach(
     """Run `perf-agent attach ARGS` and capture its output."""
     return subprocess.run(
         [sys.executable, "-m", "agent.cli", "attach", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=ROOT,
+        env=env, capture_output=True, text=True, timeout=timeout, cwd=ROOT,
     )
 
 

@@ -176,9 +176,8 @@ class _Handler(BaseHTTPRequestHandler):
         if mode == "500":
             return self._reply(500, {"error": "boom"})
         if mode == "429":
-            return self._reply(
-                429, {"error": "slow down"}, {"Retry-After": str(server.retry_after)}
-            )
+            return self._reply(429, {"error": "slow down"},
+                               {"Retry-After": str(server.retry_after)})
         if self.headers.get("Authorization") != f"Bearer {TOKEN}":
             return self._reply(401, {"error": "token is unknown"})
         if self.path.endswith("/trace") and not server.has_trace_endpoint:

@@ -42,10 +42,8 @@ def test_psutil_and_procfs_sources_agree_on_this_process_and_its_children() -> N
     # Measure once both children are fully started: a starting interpreter's RSS still grows
     # between the two sources' reads.
     ready = "import time; print('ready', flush=True); time.sleep(5)"
-    kids = [
-        subprocess.Popen([sys.executable, "-c", ready], stdout=subprocess.PIPE, text=True)
-        for _ in range(2)
-    ]
+    kids = [subprocess.Popen([sys.executable, "-c", ready], stdout=subprocess.PIPE, text=True)
+            for _ in range(2)]
     try:
         for kid in kids:
             assert kid.stdout is not None and kid.stdout.readline().strip() == "ready"
@@ -65,12 +63,9 @@ def test_psutil_and_procfs_sources_agree_on_this_process_and_its_children() -> N
 
 def test_settings_come_from_env_and_round_trip_to_children() -> None:
     env = {
-        protocol.ENV_SERVER: "http://s:8000",
-        protocol.ENV_TOKEN: "t",
-        "PERF_AGENT_NAME": "resnet",
-        "PERF_AGENT_INTERVAL": "0.1",
-        "PERF_AGENT_TAGS": "team=vision,exp=3",
-        protocol.ENV_RUN_ID: "abcdef0123",
+        protocol.ENV_SERVER: "http://s:8000", protocol.ENV_TOKEN: "t",
+        "PERF_AGENT_NAME": "resnet", "PERF_AGENT_INTERVAL": "0.1",
+        "PERF_AGENT_TAGS": "team=vision,exp=3", protocol.ENV_RUN_ID: "abcdef0123",
     }
     settings = load_settings(env, tags=["extra=1"])
     assert (settings.server, settings.token, settings.name) == ("http://s:8000", "t", "resnet")
@@ -78,11 +73,7 @@ def test_settings_come_from_env_and_round_trip_to_children() -> None:
     assert settings.tags == {"team": "vision", "exp": "3", "extra": "1"}
     again = load_settings(settings_env(settings))
     assert (again.run_id, again.tags, again.server, again.launched) == (
-        settings.run_id,
-        settings.tags,
-        settings.server,
-        True,
-    )
+        settings.run_id, settings.tags, settings.server, True)
 
 
 def test_bad_settings_fall_back_to_defaults_instead_of_raising() -> None:
@@ -145,8 +136,7 @@ def test_each_torchrun_rank_reports_as_a_rank_of_the_same_run(
     torchrun = Path(sys.executable).with_name("torchrun")
     result = attach(
         [*online(server), "--", str(torchrun), "--nproc-per-node", "2", str(script)],
-        agent_env,
-        timeout=120,
+        agent_env, timeout=120,
     )
     assert result.returncode == 0, result.stderr
     starts = list(server.store.starts.values())

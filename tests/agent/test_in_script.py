@@ -50,12 +50,8 @@ def test_a_forked_child_sends_nothing_and_does_not_deadlock(
 ) -> None:
     script = write_script(tmp_path, FORKING)
     result = subprocess.run(
-        [sys.executable, str(script), server.url, TOKEN],
-        env=agent_env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=30,
+        [sys.executable, str(script), server.url, TOKEN], env=agent_env, cwd=ROOT,
+        capture_output=True, text=True, timeout=30,
     )
     assert (result.returncode, result.stdout) == (4, "child 0\n"), result.stderr
     assert len(server.store.starts) == 1
@@ -70,9 +66,8 @@ def test_offline_writes_the_protocol_layout_and_upload_sends_it_once(
 ) -> None:
     out = tmp_path / "offline"
     script = write_script(tmp_path, OFFLINE)
-    subprocess.run(
-        [sys.executable, str(script), str(out)], env=agent_env, cwd=ROOT, check=True, timeout=30
-    )
+    subprocess.run([sys.executable, str(script), str(out)], env=agent_env, cwd=ROOT,
+                   check=True, timeout=30)
     (run_dir,) = out.iterdir()
     (agent_dir,) = run_dir.iterdir()
     names = sorted(p.name for p in agent_dir.iterdir())

@@ -77,20 +77,13 @@ def test_devices_and_facts_describe_each_gpu() -> None:
     nvml = NvmlCollector(RecordedNvml([H100_LOAD]), clock=Clock())
     (device,) = nvml.devices()
     assert device == {
-        "key": "gpu:0",
-        "kind": "gpu",
-        "index": 0,
+        "key": "gpu:0", "kind": "gpu", "index": 0,
         "uuid": "GPU-00000000-0000-0000-0000-000000000000",
-        "name": "NVIDIA H100 80GB HBM3",
-        "memory_total": 81559 * MIB,
-        "power_limit": 700.0,
-        "mig": False,
+        "name": "NVIDIA H100 80GB HBM3", "memory_total": 81559 * MIB,
+        "power_limit": 700.0, "mig": False,
     }
-    assert nvml.facts() == {
-        "nvml.available": True,
-        "nvml.driver_version": "590.48.01",
-        "gpu.count": 1,
-    }
+    assert nvml.facts() == {"nvml.available": True, "nvml.driver_version": "590.48.01",
+                            "gpu.count": 1}
 
 
 class Recorder(logging.Handler):

@@ -31,7 +31,8 @@ for step in range(int(sys.argv[5])):
 
 
 def run(script: Path, env: dict[str, str], *args: str) -> None:
-    subprocess.run([sys.executable, str(script), *args], env=env, cwd=ROOT, check=True, timeout=60)
+    subprocess.run([sys.executable, str(script), *args], env=env, cwd=ROOT, check=True,
+                   timeout=60)
 
 
 def test_after_warm_up_a_window_is_written_to_the_offline_directory(

@@ -30,13 +30,8 @@ class Producer:
 
 def make_sender(server: FakeServer, tmp_path: Path, **overrides: object) -> tuple[Sender, Producer]:
     options: dict[str, object] = dict(
-        server=server.url,
-        token=TOKEN,
-        interval=0.02,
-        flush_interval=0.05,
-        spill_dir=str(tmp_path / "spill"),
-        http_timeout=0.5,
-        heartbeat_after=0.3,
+        server=server.url, token=TOKEN, interval=0.02, flush_interval=0.05,
+        spill_dir=str(tmp_path / "spill"), http_timeout=0.5, heartbeat_after=0.3,
         backoff_base=0.02,
     )
     options.update(overrides)
@@ -52,12 +47,8 @@ def start_body(sender: Sender) -> dict[str, object]:
 
 
 def finish_body(sender: Sender) -> dict[str, object]:
-    return {
-        "run_id": sender.settings.run_id,
-        "agent_id": sender.agent_id,
-        "exit_code": 0,
-        "final": True,
-    }
+    return {"run_id": sender.settings.run_id, "agent_id": sender.agent_id, "exit_code": 0,
+            "final": True}
 
 
 def stored_values(server: FakeServer) -> list[float]:
@@ -148,9 +139,8 @@ def test_down_at_exit_keeps_everything_on_disk_for_upload(
     sender.close(finish_body(sender), 0.3)
     assert server.store.batches == {}
     server.up()
-    report = upload(
-        str(tmp_path / "spill"), server=server.url, token=TOKEN, delete=True, sleep=lambda s: None
-    )
+    report = upload(str(tmp_path / "spill"), server=server.url, token=TOKEN, delete=True,
+                    sleep=lambda s: None)
     assert report.failed == []
     assert_exactly_once(server, producer)
     assert server.store.finishes[sender.agent_id]["final"] is True
@@ -159,7 +149,8 @@ def test_down_at_exit_keeps_everything_on_disk_for_upload(
 def test_a_full_buffer_drops_new_samples_and_reports_the_count(
     server: FakeServer, tmp_path: Path
 ) -> None:
-    sender, producer = make_sender(server, tmp_path, max_buffered_samples=7, flush_interval=10.0)
+    sender, producer = make_sender(server, tmp_path, max_buffered_samples=7,
+                                   flush_interval=10.0)
     sender.start(start_body(sender))
     time.sleep(0.3)
     sender.close(finish_body(sender), 3.0)
@@ -180,15 +171,9 @@ def test_a_rejected_token_stops_sending(server: FakeServer, tmp_path: Path) -> N
 def test_it_heartbeats_when_idle_and_acts_on_commands(server: FakeServer, tmp_path: Path) -> None:
     server.commands = [{"type": "capture_trace", "steps": 3}, {"type": "from_the_future"}]
     seen: list[dict[str, object]] = []
-    settings = load_settings(
-        env={},
-        server=server.url,
-        token=TOKEN,
-        interval=0.05,
-        flush_interval=0.05,
-        heartbeat_after=0.2,
-        spill_dir=str(tmp_path / "spill"),
-    )
+    settings = load_settings(env={}, server=server.url, token=TOKEN, interval=0.05,
+                             flush_interval=0.05, heartbeat_after=0.2,
+                             spill_dir=str(tmp_path / "spill"))
     sender = Sender(settings, "b" * 32, on_command=seen.append)
     sender.start({"run_id": settings.run_id, "agent_id": sender.agent_id})
     time.sleep(0.8)
@@ -210,7 +195,9 @@ def test_it_packs_arrays_once_the_server_lists_the_feature(
     run_for(sender, 0.4)
     sender.close(finish_body(sender), 3.0)
     assert_exactly_once(server, producer)  # unpacked to the same values, each once
-    assert server.store.packed_batches == len(server.store.batches) - unpacked_before_start(server)
+    assert server.store.packed_batches == len(server.store.batches) - unpacked_before_start(
+        server
+    )
     assert server.store.packed_batches > 0
     assert server.store.steps() == [7]
 

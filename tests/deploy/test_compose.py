@@ -42,11 +42,7 @@ def _settings_under(environment: dict[str, str]) -> dict:
     env = {"PATH": os.environ["PATH"], "DJANGO_SETTINGS_MODULE": "perfweb.settings", **environment}
     done = subprocess.run(
         [sys.executable, "-c", probe],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
+        cwd=ROOT, env=env, capture_output=True, text=True, check=False,
     )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -102,11 +98,7 @@ def test_it_fails_loudly_without_a_secret_key_in_production() -> None:
     env = {"PATH": os.environ["PATH"], "DJANGO_SETTINGS_MODULE": "perfweb.settings", **environment}
     done = subprocess.run(
         [sys.executable, "-c", "import django; django.setup()"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
+        cwd=ROOT, env=env, capture_output=True, text=True, check=False,
     )
     assert done.returncode != 0
     assert "SECRET_KEY" in done.stderr

@@ -109,12 +109,8 @@ def test_it_names_the_variable_of_a_bad_whole_number(raw: str, message: str) -> 
 def test_it_reads_the_mail_server_for_alert_emails(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("EMAIL_")}
     env.update(
-        PERFWEB_DATA_DIR=str(tmp_path),
-        DJANGO_SETTINGS_MODULE="perfweb.settings",
-        DEBUG="true",
-        EMAIL_HOST="smtp.example.org",
-        EMAIL_PORT="587",
-        EMAIL_USE_TLS="yes",
+        PERFWEB_DATA_DIR=str(tmp_path), DJANGO_SETTINGS_MODULE="perfweb.settings", DEBUG="true",
+        EMAIL_HOST="smtp.example.org", EMAIL_PORT="587", EMAIL_USE_TLS="yes",
         DEFAULT_FROM_EMAIL="perf@example.org",
     )
     code = (
