@@ -107,6 +107,7 @@ KNOBS: dict[str, Knob] = {
             "launch.overhead",
             'torch.compile(mode="reduce-overhead") on the model, where safe',
             "reduce-overhead",
+            "default",
         ),
         _choice("amp", "precision.amp", "bf16 autocast around the model's forward", "bf16"),
         _bool("tf32", "precision.tf32", "TF32 matmul and convolution"),
@@ -115,7 +116,16 @@ KNOBS: dict[str, Knob] = {
     )
 }
 
-FINDING_KNOBS: dict[str, str] = {knob.finding_id: knob.name for knob in KNOBS.values()}
+# Findings whose fix is a knob another finding owns (FIXES.md names one knob for both).
+SHARED_KNOBS = {
+    "cpu.threads_too_few": "threads",
+    "dataloader.too_many_workers": "num_workers",
+    "fusion.elementwise": "compile",
+}
+FINDING_KNOBS: dict[str, str] = {
+    **{knob.finding_id: knob.name for knob in KNOBS.values()},
+    **SHARED_KNOBS,
+}
 
 
 def parse_knob(setting: str) -> tuple[str, KnobValue]:

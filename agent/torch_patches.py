@@ -16,6 +16,7 @@ from typing import Any
 from agent.buffer import FactBuffer
 from agent.log import say_once
 from agent.steps import StepTimer
+from agent.training_facts import TrainingThreadFacts
 
 MARK = "__perf_agent_wrapped__"
 
@@ -57,6 +58,7 @@ class TorchPatches:
         self._loaders: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
         self.installed = False
         self._handles: list[Any] = []
+        self.training = TrainingThreadFacts(facts)
 
     def install(self, torch: Any) -> None:
         """Install every hook; each one that fails is skipped with one log line."""
@@ -73,6 +75,7 @@ class TorchPatches:
             self._grad_scaler,
             self._parallel,
             self._process_group,
+            self.training.install,
         ):
             try:
                 step(torch)
@@ -221,7 +224,7 @@ class TorchPatches:
         _wrap(cls, "update", make_update)
 
     def _parallel(self, torch: Any) -> None:
-        facts = self.facts
+        facts, training = self.facts, self.training
 
         def record_dp(module: Any) -> None:
             facts.set("parallel.mode", "dataparallel")
@@ -236,6 +239,7 @@ class TorchPatches:
             if dist.is_available() and dist.is_initialized():
                 facts.set("distributed.backend", str(dist.get_backend()))
             facts.set("ddp.device_ids", str(kwargs.get("device_ids")))
+            training.watch_ddp(module)
 
         def make_dp(original: Callable[..., Any]) -> Callable[..., Any]:
             def __init__(self: Any, *args: Any, **kwargs: Any) -> None:

@@ -25,6 +25,7 @@ class Report:
     run_id: str | None = None
     notes: list[str] = field(default_factory=list)
     run: dict[str, Any] = field(default_factory=dict)  # the agent's step timings, summarised
+    missing: list[str] = field(default_factory=list)  # evidence the rules could not read
 
     def as_json(self) -> dict[str, Any]:
         """The CLI's JSON document."""
@@ -42,6 +43,7 @@ class Report:
             "ranks": ranks,
             "findings": [f.as_json() for f in self.findings],
             "notes": self.notes,
+            "missing_evidence": self.missing,
         }
 
 
@@ -52,7 +54,41 @@ def analyze_evidence(evidence: RunEvidence, *, run_id: str | None = None) -> Rep
         findings=diagnose(evidence),
         run_id=run_id,
         run=_run_summary(evidence),
+        missing=missing_evidence(evidence),
     )
+
+
+def missing_evidence(evidence: RunEvidence) -> list[str]:
+    """What the evidence lacks, in words, so that "no findings" is never read as "healthy"
+    when the rules had nothing to look at."""
+    missing: list[str] = []
+    if not evidence.traces:
+        missing.append("no profiler trace: kernel times, GPU idle causes, copies and syncs")
+    for trace in evidence.traces:
+        where = f"trace rank {trace.rank}"
+        if trace.cpu_events == 0:
+            missing.append(
+                f"{where} has GPU events only (no CPU operators): DataLoader waits, steps, "
+                "tiny-operator overhead and the model's operators (attention, DataParallel) "
+                "cannot be judged"
+            )
+        elif not trace.steps:
+            missing.append(
+                f"{where} has no ProfilerStep markers: GPU shares are of the first-to-last "
+                "kernel span, not of a step"
+            )
+        if not trace.launch.get("kernels") and trace.cpu_events:
+            missing.append(f"{where} has no GPU kernels (a CPU-only trace)")
+    if not evidence.facts:
+        missing.append(
+            "no agent facts: DataLoader, threads, precision and distributed settings are "
+            "unknown, so the rules about them could not run"
+        )
+    if not evidence.steps:
+        missing.append("no agent step timings: DataLoader wait and step time not measured")
+    if not evidence.series:
+        missing.append("no metric series: GPU utilisation, memory and CPU not measured")
+    return missing
 
 
 def _run_summary(evidence: RunEvidence) -> dict[str, Any]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from recommender.analysis.summary import TraceSummary
 from recommender.api import Report
-from recommender.rules.base import Finding
+from recommender.rules.base import Finding, counted
 
 
 def _rank_lines(trace: TraceSummary) -> list[str]:
@@ -12,7 +12,8 @@ def _rank_lines(trace: TraceSummary) -> list[str]:
     lines = [f"rank {trace.rank}  ({trace.source})"]
     if t["kernel_span_us"] > 0:
         lines.append(
-            f"  GPU time over the kernel span ({t['kernel_span_us'] / 1e3:.1f} ms): "
+            f"  GPU time over the first-to-last kernel span "
+            f"({t['kernel_span_us'] / 1e3:.1f} ms, HTA's span): "
             f"idle {t['idle_pct']:.1f}%  compute {t['compute_pct']:.1f}%  "
             f"non-compute {t['non_compute_pct']:.1f}%"
         )
@@ -33,7 +34,13 @@ def _rank_lines(trace: TraceSummary) -> list[str]:
     if trace.steps:
         mean = trace.mean_step_us or 0.0
         shares = ", ".join(f"{k} {v:.0%}" for k, v in trace.step_shares.items() if v >= 0.005)
-        lines.append(f"  {len(trace.steps)} steps, mean {mean / 1e3:.1f} ms: {shares}")
+        lines.append(f"  {counted(len(trace.steps), 'step')}, mean {mean / 1e3:.1f} ms: {shares}")
+    if trace.step_timeline:
+        s = trace.step_timeline
+        lines.append(
+            f"  GPU time inside the GPU-side ProfilerSteps ({s['span_us'] / 1e3:.1f} ms, "
+            f"TraceLens' span): busy {s['busy_pct']:.1f}%  idle {s['idle_pct']:.1f}%"
+        )
     return lines
 
 
@@ -63,7 +70,7 @@ def _finding_lines(position: int, finding: Finding) -> list[str]:
     ]
     for item in finding.evidence:
         value = f"{item.value:.4g}" if isinstance(item.value, float) else str(item.value)
-        lines.append(f"   - {item.label}: {value} {item.unit} [{item.source}]".rstrip())
+        lines.append(f"   - {item.label}: {value} {item.display_unit} [{item.source}]".rstrip())
     lines.append(f"   fix: {finding.fix.text}")
     lines += [f"     | {line}" for line in finding.fix.snippet.splitlines()]
     if finding.fix.knob:
@@ -89,9 +96,16 @@ def render_text(report: Report) -> str:
         lines += _rank_lines(trace)
     lines.append("")
     if not report.findings:
-        lines.append("No findings: nothing in the evidence points at a known bottleneck.")
+        if report.missing:
+            lines.append("No findings, but this evidence was missing:")
+            lines += [f"  - {item}" for item in report.missing]
+        else:
+            lines.append("No findings: nothing in the evidence points at a known bottleneck.")
     else:
         lines.append("Findings, best first:")
         for position, finding in enumerate(report.findings, start=1):
             lines += _finding_lines(position, finding)
+        if report.missing:
+            lines.append("Not judged, evidence missing:")
+            lines += [f"  - {item}" for item in report.missing]
     return "\n".join(lines) + "\n"

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
+
+from django.utils.html import escape
+from django.utils.safestring import SafeString, mark_safe
 
 from agent.protocol import API_PREFIX
 from perfweb.dashboard.panels import Panel
@@ -71,8 +75,23 @@ def finding_view(*, finding: Finding, verification: dict[str, Any] | None) -> di
         "snippet": fix.get("snippet", ""),
         "knob": fix.get("knob") or "",
         "doc": finding.doc,
+        "doc_html": doc_html(finding.doc),
         "verification": _verification(verification),
     }
+
+
+_CODE = re.compile(r"`([^`\n]+)`")
+
+
+def doc_html(doc: str) -> SafeString:
+    """A rule's What / Why / Fix text as HTML: escaped, one paragraph per blank-line-separated
+    block, `code` in backticks as <code>."""
+    paragraphs = [p.strip() for p in re.split(r"\n\s*\n", doc or "") if p.strip()]
+    html = "".join(
+        "<p>" + _CODE.sub(r"<code>\1</code>", str(escape(" ".join(p.split())))) + "</p>"
+        for p in paragraphs
+    )
+    return mark_safe(html)  # noqa: S308 - built from escaped text only
 
 
 def _verification(raw: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -8,6 +8,8 @@ Definitions follow Holistic Trace Analysis so the numbers can be checked against
   non-compute: the rest of the span;
 - kernel breakdown: time under each combination of COMPUTATION / COMMUNICATION / MEMORY;
 - comm-comp overlap: time communication and computation run together / communication time;
+- step timeline (TraceLens' `gpu_timeline`): the same busy/idle split, measured inside the
+  GPU-side ProfilerStep annotations instead of the first-to-last kernel span;
 - idle causes per stream: each gap before a kernel/memcpy/memset is host wait when the host
   call that launched it started after the previous event ended, kernel wait when the gap is
   under `KERNEL_WAIT_THRESHOLD_US`, other otherwise.
@@ -31,6 +33,7 @@ from recommender.trace.model import (
     RankTrace,
 )
 
+STEP_SPAN_COVERAGE_MIN = 0.1  # GPU ProfilerSteps shorter than this share of the kernel span
 KERNEL_WAIT_THRESHOLD_US = 30.0  # HTA's consecutive_kernel_delay: gaps below this are launch gaps
 IDLE_CATEGORIES = ("host_wait", "kernel_wait", "other")
 _BREAKDOWN_TYPES = (
@@ -199,3 +202,49 @@ def _interval_stats(gaps: np.ndarray) -> dict[str, float]:
         "median_us": round(float(np.median(gaps)), 3),
         "max_us": round(float(gaps.max()), 3),
     }
+
+
+def step_timeline(trace: RankTrace) -> dict[str, float] | None:
+    """TraceLens' GPU timeline over the GPU-side ProfilerStep annotations (µs and % of them;
+    TraceLens' span, where `temporal_breakdown` uses HTA's first-to-last kernel span):
+    computation, exposed communication (not under computation), exposed memcpy (under
+    neither), busy (their sum) and idle. None when the trace has no GPU step annotation."""
+    windows = merge(
+        np.array([ts for ts, _ in trace.gpu_steps]),
+        np.array([ts + dur for ts, dur in trace.gpu_steps]),
+    )
+    span = total(*windows)
+    gpu = trace.gpu
+    kernel_span = float(gpu.end.max() - gpu.ts.min()) if len(gpu) else 0.0
+    if span <= 0 or span < STEP_SPAN_COVERAGE_MIN * kernel_span:
+        return None  # no annotation, or annotations that do not cover the GPU work
+    work = np.isin(gpu.kind, (KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET))
+
+    def inside(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        starts, ends = merge(gpu.ts[work & mask], gpu.end[work & mask])
+        lo = np.concatenate([np.clip(starts, a, b) for a, b in zip(*windows, strict=True)])
+        hi = np.concatenate([np.clip(ends, a, b) for a, b in zip(*windows, strict=True)])
+        keep = hi > lo
+        return merge(lo[keep], hi[keep])
+
+    comp = inside(gpu.gpu_type == TYPE_COMPUTATION)
+    comm = inside(gpu.gpu_type == TYPE_COMMUNICATION)
+    memory = inside(gpu.gpu_type == TYPE_MEMORY)
+    by_mask = sweep_by_mask([comp, comm, memory])
+    computation = total(*comp)
+    exposed_comm = float(by_mask[2])  # communication alone (memory may overlap: bit 2|4)
+    exposed_comm += float(by_mask[6])
+    exposed_memcpy = float(by_mask[4])
+    busy = computation + exposed_comm + exposed_memcpy
+    times = {
+        "computation": computation,
+        "exposed_comm": exposed_comm,
+        "exposed_memcpy": exposed_memcpy,
+        "busy": busy,
+        "idle": span - busy,
+    }
+    out = {f"{k}_us": round(v, 3) for k, v in times.items()}
+    out.update({f"{k}_pct": round(100.0 * v / span, 3) for k, v in times.items()})
+    out["span_us"] = round(span, 3)
+    out["steps"] = len(trace.gpu_steps)
+    return out

@@ -7,8 +7,12 @@ import numpy as np
 
 from recommender.analysis.intervals import merge, overlap_length, total
 from recommender.trace.classify import (
+    collective_kind,
+    fusible_family,
+    is_conv_kernel,
     is_dense_math_kernel,
     is_fp32_simt_kernel,
+    is_generated_kernel,
     is_tensor_core_kernel,
     memcpy_kind,
 )
@@ -16,6 +20,7 @@ from recommender.trace.model import (
     CPU_OP,
     KIND_KERNEL,
     KIND_MEMCPY,
+    TYPE_COMMUNICATION,
     TYPE_COMPUTATION,
     RankTrace,
 )
@@ -126,7 +131,9 @@ def launch_stats(trace: RankTrace, launch_ts: np.ndarray) -> dict[str, float | N
 
 
 def tensor_core_stats(trace: RankTrace) -> dict[str, float]:
-    """Dense-math (GEMM/conv) kernel time and the tensor-core and fp32-SIMT shares of it."""
+    """Dense-math (GEMM/conv) kernel time and the tensor-core and fp32-SIMT shares of it; the
+    shares of kernel time in convolutions, softmax/batched GEMMs and the fusible eager families
+    (`elementwise_share`, `normalisation_share`, `concat_share`)."""
     gpu = trace.gpu
     kernels = np.flatnonzero(gpu.kind == KIND_KERNEL)
     per_name = np.bincount(
@@ -134,13 +141,17 @@ def tensor_core_stats(trace: RankTrace) -> dict[str, float]:
     )
     all_kernels = float(per_name.sum())
     dense = tensor = simt = conv = attention = 0.0
+    fusible = {"elementwise": 0.0, "normalisation": 0.0, "concat": 0.0}
     for name_id in np.flatnonzero(per_name):
         name = trace.gpu_names[name_id]
         lowered = name.lower()
         if "softmax" in lowered or "batched" in lowered or "bmm" in lowered:
             attention += per_name[name_id]
-        if "conv" in lowered or "wgrad" in lowered or "dgrad" in lowered:
+        if is_conv_kernel(name):
             conv += per_name[name_id]
+        family = fusible_family(name)
+        if family is not None:
+            fusible[family] += per_name[name_id]
         if not is_dense_math_kernel(name):
             continue
         dense += per_name[name_id]
@@ -156,6 +167,10 @@ def tensor_core_stats(trace: RankTrace) -> dict[str, float]:
         "fp32_simt_share": round(float(simt / dense), 4) if dense else 0.0,
         "conv_share": round(float(conv / all_kernels), 4) if all_kernels else 0.0,
         "softmax_bmm_share": round(float(attention / all_kernels), 4) if all_kernels else 0.0,
+        **{
+            f"{family}_share": round(float(us / all_kernels), 4) if all_kernels else 0.0
+            for family, us in fusible.items()
+        },
     }
 
 
@@ -172,3 +187,42 @@ def cpu_op_stats(trace: RankTrace) -> dict[str, float]:
         "ops_per_step": round(float(durations.size) / len(trace.steps), 1),
         "median_op_us": round(float(np.median(durations)), 3) if durations.size else 0.0,
     }
+
+
+def compile_stats(trace: RankTrace) -> dict[str, float]:
+    """Signs that the model already runs compiled: torch.compile regions on the CPU side
+    (CompiledFxGraph, Torch-Compiled Region, CompiledFunction) and the share of kernel time in
+    generated (Triton) kernels."""
+    gpu = trace.gpu
+    kernels = gpu.kind == KIND_KERNEL
+    total_us = float(gpu.dur[kernels].sum())
+    generated = np.array([is_generated_kernel(n) for n in trace.gpu_names] + [False], dtype=bool)
+    generated_us = float(gpu.dur[kernels & generated[gpu.name_id]].sum())
+    return {
+        "compiled_regions": trace.compiled_regions,
+        "generated_kernel_share": round(generated_us / total_us, 4) if total_us else 0.0,
+    }
+
+
+def collective_stats(trace: RankTrace) -> dict[str, dict[str, float]]:
+    """Per collective kind (AllReduce, Broadcast, Reduce, ...): kernel count, time (µs) and
+    the time not overlapped by computation (exposed, µs)."""
+    gpu = trace.gpu
+    comm = gpu.gpu_type == TYPE_COMMUNICATION
+    if not comm.any():
+        return {}
+    compute = gpu.gpu_type == TYPE_COMPUTATION
+    computing = merge(gpu.ts[compute], gpu.end[compute])
+    kinds = np.array([collective_kind(n) for n in trace.gpu_names] + [""], dtype=object)
+    per_event = kinds[gpu.name_id]
+    out: dict[str, dict[str, float]] = {}
+    for kind in sorted({str(k) for k in per_event[comm]}):
+        mask = comm & (per_event == kind)
+        union = merge(gpu.ts[mask], gpu.end[mask])
+        busy = total(*union)
+        out[kind] = {
+            "count": int(mask.sum()),
+            "us": round(busy, 3),
+            "exposed_us": round(busy - overlap_length(union, computing), 3),
+        }
+    return out

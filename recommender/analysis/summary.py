@@ -28,6 +28,7 @@ MARKER_OPS = (
     "aten::mm",
     "aten::addmm",
 )
+GENERATED_SHARE_COMPILED = 0.05  # share of kernel time in Triton kernels that means "compiled"
 
 
 @dataclass
@@ -50,6 +51,11 @@ class TraceSummary:
     tensor_cores: dict[str, float]
     cpu_ops: dict[str, float] = field(default_factory=dict)
     markers: dict[str, int] = field(default_factory=dict)
+    compile: dict[str, float] = field(default_factory=dict)
+    step_timeline: dict[str, float] | None = None  # busy/idle inside GPU-side ProfilerSteps
+    collectives: dict[str, dict[str, float]] = field(default_factory=dict)
+    training: bool = False  # the trace holds backward passes (autograd engine events)
+    cpu_events: int = -1  # CPU operator / annotation events (0: a GPU-only trace); -1: unknown
     world_size: int | None = None
     backend: str | None = None
     compute_capability: tuple[int, int] | None = None
@@ -64,6 +70,13 @@ class TraceSummary:
         """Mean duration of the steady steps (µs), None without steps."""
         rows = steps.steady_steps(self.steps)
         return sum(r["duration_us"] for r in rows) / len(rows) if rows else None
+
+    @property
+    def compiled(self) -> bool:
+        """Whether the traced model already runs torch.compile'd code (or Triton kernels)."""
+        return bool(self.compile.get("compiled_regions")) or (
+            self.compile.get("generated_kernel_share", 0.0) >= GENERATED_SHARE_COMPILED
+        )
 
     def host_wait_share(self) -> float:
         """Share of all per-stream idle time that is host wait (GPU waiting on the CPU)."""
@@ -91,6 +104,11 @@ class TraceSummary:
             "tensor_cores": self.tensor_cores,
             "cpu_ops": self.cpu_ops,
             "markers": self.markers,
+            "compile": self.compile,
+            "step_timeline": self.step_timeline,
+            "collectives": self.collectives,
+            "training": self.training,
+            "cpu_events": self.cpu_events,
         }
 
 
@@ -115,6 +133,11 @@ def summarize(trace: RankTrace) -> TraceSummary:
         tensor_cores=host_device.tensor_core_stats(trace),
         cpu_ops=host_device.cpu_op_stats(trace),
         markers={op: trace.cpu_op_counts[op] for op in MARKER_OPS if op in trace.cpu_op_counts},
+        compile=host_device.compile_stats(trace),
+        step_timeline=gpu_time.step_timeline(trace),
+        collectives=host_device.collective_stats(trace),
+        training=trace.backward_ops > 0,
+        cpu_events=len(trace.cpu),
         world_size=trace.world_size,
         backend=trace.backend,
         compute_capability=trace.compute_capability,

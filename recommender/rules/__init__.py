@@ -8,12 +8,15 @@ from recommender.evidence import RunEvidence
 from recommender.rules import (  # noqa: F401 (importing registers the rules)
     cpu,
     data_path,
+    dataloader,
     distributed,
+    fusion,
     memory,
     operator,
     system,
 )
 from recommender.rules.base import REGISTRY, Finding, rank_findings
+from recommender.rules.sharing import share_overlapping_gains
 
 log = logging.getLogger(__name__)
 
@@ -43,4 +46,5 @@ def diagnose(evidence: RunEvidence) -> list[Finding]:
             if registered.id in evidence.verified_gains:
                 result.measured_gain = evidence.verified_gains[registered.id]
             findings.append(result)
+    share_overlapping_gains(findings, evidence)
     return rank_findings(findings)

@@ -25,6 +25,34 @@ RISK_WEIGHT = {
 }
 
 
+# Count units in the plural, and their singular for a count of exactly one ("1 process").
+SINGULAR_UNITS = {
+    "processes": "process",
+    "threads": "thread",
+    "cores": "core",
+    "workers": "worker",
+    "calls": "call",
+    "steps": "step",
+    "ranks": "rank",
+    "parameters": "parameter",
+    "regions": "region",
+    "copies": "copy",
+    "ops": "op",
+    "samples": "sample",
+    "stalls": "stall",
+}
+
+
+def counted(count: float, singular: str, plural: str | None = None) -> str:
+    """ "1 core", "8 cores" (plural defaults to singular + "s")."""
+    return f"{count:g} {singular if count == 1 else plural or singular + 's'}"
+
+
+def times(count: float) -> str:
+    """ "1 time", "2 times", "0.5 times" (a count of calls, for titles)."""
+    return f"{count:g} time" if count == 1 else f"{count:g} times"
+
+
 @dataclass(frozen=True)
 class Evidence:
     """One measured number behind a finding."""
@@ -34,10 +62,22 @@ class Evidence:
     unit: str
     source: str  # "trace", "metrics", "facts" (with detail, e.g. "trace rank 0")
 
+    @property
+    def display_unit(self) -> str:
+        """The unit as read after the value: singular for a count of exactly one."""
+        if self.value == 1 and not isinstance(self.value, bool):
+            return SINGULAR_UNITS.get(self.unit, self.unit)
+        return self.unit
+
     def as_json(self) -> dict[str, Any]:
         """JSON form."""
         value = round(self.value, 4) if isinstance(self.value, float) else self.value
-        return {"label": self.label, "value": value, "unit": self.unit, "source": self.source}
+        return {
+            "label": self.label,
+            "value": value,
+            "unit": self.display_unit,
+            "source": self.source,
+        }
 
 
 @dataclass(frozen=True)
@@ -67,6 +107,12 @@ class Finding:
     fix: Fix
     doc: str = ""
     measured_gain: float | None = None  # set when an optimisation job verified the fix
+    critical: bool = False  # the run ends, hangs or silently trains wrong: ranks first
+
+    @property
+    def prior(self) -> bool:
+        """Whether the gain is a fixed prior, not computed from this run's measurements."""
+        return self.gain_basis.startswith("prior")
 
     @property
     def score(self) -> float:
@@ -86,6 +132,8 @@ class Finding:
             "gain_basis": self.gain_basis,
             "measured_gain": self.measured_gain,
             "score": round(self.score, 4),
+            "critical": self.critical,
+            "prior": self.prior,
             "evidence": [e.as_json() for e in self.evidence],
             "fix": self.fix.as_json(),
             "doc": self.doc,
@@ -133,8 +181,13 @@ def finding(
     basis: str,
     evidence: list[Evidence],
     fix: Fix,
+    critical: bool = False,
 ) -> Finding:
-    """Build a Finding for a registered rule (risk class and doc come from the registry)."""
+    """Build a Finding for a registered rule (risk class and doc come from the registry).
+
+    A `basis` that starts with "prior" marks the gain as a fixed prior (no measurement);
+    `critical` marks a finding that ends, hangs or corrupts the run (gain 0, ranked first).
+    """
     registered = REGISTRY[rule_id]
     return Finding(
         id=rule_id,
@@ -146,9 +199,23 @@ def finding(
         evidence=evidence,
         fix=fix,
         doc=registered.doc,
+        critical=critical,
     )
 
 
+def rank_tier(found: Finding) -> int:
+    """0: critical (the run ends or hangs); 1: a gain measured on this run (or verified by a
+    job); 2: a prior gain, which never outranks a measured one; 3: no gain to claim."""
+    if found.critical:
+        return 0
+    if found.score <= 0:
+        return 3
+    return 2 if found.prior and found.measured_gain is None else 1
+
+
 def rank_findings(findings: list[Finding]) -> list[Finding]:
-    """Best first: by score, then risk class order, then id (stable, deterministic)."""
-    return sorted(findings, key=lambda f: (-f.score, RISK_CLASSES.index(f.risk), f.id))
+    """Best first: by tier (critical, measured, prior, none), then score, then risk class
+    order, then id (stable, deterministic)."""
+    return sorted(
+        findings, key=lambda f: (rank_tier(f), -f.score, RISK_CLASSES.index(f.risk), f.id)
+    )

@@ -5,64 +5,106 @@ from __future__ import annotations
 import statistics
 
 from recommender.evidence import RunEvidence
-from recommender.rules.base import Evidence, Finding, Fix, finding, rule
-from recommender.rules.signals import ranks_per_host, usable_cores
+from recommender.rules.base import Evidence, Finding, Fix, counted, finding, rule
+from recommender.rules.cpu_budget import CoreBudget, core_budget
+from recommender.rules.signals import usable_cores
 
 OVERSUBSCRIPTION_MIN = 1.0  # busy threads / usable cores above this oversubscribes
 OVERSUBSCRIPTION_COST = 0.15  # share of CPU-side time lost per 1x of oversubscription
 CPU_SATURATED_SHARE = 0.9  # process CPU time / usable cores counted as saturated
 GPU_IDLE_UTILIZATION_PCT = 50.0  # GPU utilisation below this while the CPU is saturated
 MIN_SAMPLES = 5  # metric samples needed before judging a sustained condition
-
-
-def _busy_threads(evidence: RunEvidence) -> tuple[int, int, int, int] | None:
-    """(threads, intra_op, workers, ranks) competing for this host's cores."""
-    intra = evidence.fact("threads.intra_op")
-    if not isinstance(intra, int):
-        return None
-    workers = sum(int(d.get("num_workers", 0) or 0) for d in evidence.dataloaders())
-    ranks = ranks_per_host(evidence)
-    # DataLoader workers run torch with one intra-op thread each (PyTorch sets it).
-    return ranks * (intra + workers), intra, workers, ranks
+THREADS_TOO_FEW_FACTOR = 2  # the budget allows at least this many times the threads in use
+THREADS_PRIOR_GAIN = 0.09  # prior: most a CPU-bound step gains from its idle cores (< 10%)
 
 
 @rule("cpu.thread_oversubscription", risk="data-path")
 def cpu_thread_oversubscription(evidence: RunEvidence) -> Finding | None:
-    """What: more busy threads than CPU cores: intra-op threads x processes (ranks + workers).
+    """What: more busy threads than CPU cores: intra-op threads x processes (ranks + workers),
+    with the intra-op threads above their share of the cores.
 
     Why: OpenMP threads spin and get descheduled; every parallel operator then waits for its
     slowest thread, so CPU-side work (and the feeding of the GPU) slows down.
 
     Fix: give each process its share of the cores: `OMP_NUM_THREADS` / `torch.set_num_threads`
-    = cores per rank minus the DataLoader workers.
+    = cores per rank minus the DataLoader workers (one core budget with the workers).
     """
-    busy = _busy_threads(evidence)
-    cores = usable_cores(evidence)
-    if busy is None or not cores:
+    budget = core_budget(evidence)
+    if budget is None:
         return None
-    threads, intra, workers, ranks = busy
-    ratio = threads / cores
-    if ratio <= OVERSUBSCRIPTION_MIN:
+    ratio = budget.busy_threads / budget.cores
+    # Oversubscribed by the workers alone is dataloader.too_many_workers' finding.
+    if ratio <= OVERSUBSCRIPTION_MIN or budget.intra <= budget.intra_target:
         return None
-    target = max(1, cores // ranks - workers)
+    target = budget.intra_target
     return finding(
         "cpu.thread_oversubscription",
-        title=f"{threads} busy threads on {cores} cores ({ratio:.1f}x oversubscribed)",
+        title=f"{counted(budget.busy_threads, 'busy thread')} on {counted(budget.cores, 'core')} "
+        f"({ratio:.1f}x oversubscribed)",
         confidence=0.6,
         gain=min(0.5, OVERSUBSCRIPTION_COST * (ratio - 1)),
-        basis=f"{OVERSUBSCRIPTION_COST:.0%} of CPU-side time per 1x of oversubscription (prior)",
-        evidence=[
-            Evidence("intra-op threads", intra, "threads", "facts"),
-            Evidence("DataLoader workers", workers, "processes", "facts"),
-            Evidence("ranks on this host", ranks, "processes", "facts"),
-            Evidence("usable cores", cores, "cores", "facts"),
-        ],
-        fix=Fix(
-            text=f"Use {target} intra-op thread(s) per process.",
-            snippet=f"OMP_NUM_THREADS={target} python train.py\n"
-            f"# or: torch.set_num_threads({target})",
-            knob=f"threads={target}",
-        ),
+        basis=f"prior: {OVERSUBSCRIPTION_COST:.0%} of CPU-side time per 1x of oversubscription",
+        evidence=_budget_evidence(budget),
+        fix=_threads_fix(budget, target),
+    )
+
+
+@rule("cpu.threads_too_few", risk="data-path")
+def cpu_threads_too_few(evidence: RunEvidence) -> Finding | None:
+    """What: a CPU-bound process runs far fewer intra-op threads than the cores it could use.
+
+    Why: PyTorch's CPU operators (matmul, convolution, elementwise over large tensors) split
+    their work over the intra-op threads; with one or two threads on a many-core host most
+    cores stay idle while every step waits on the few that work.
+
+    Fix: `torch.set_num_threads(cores per process)` (minus the DataLoader workers), from the
+    same core budget as the workers.
+    """
+    budget = core_budget(evidence)
+    if budget is None or budget.data_bound or evidence.uses_cuda():
+        return None
+    target = budget.intra_target
+    if target < THREADS_TOO_FEW_FACTOR * budget.intra or target - budget.intra < 2:
+        return None
+    cpu = evidence.process_values("process.cpu_percent")
+    items = _budget_evidence(budget)
+    if len(cpu) >= MIN_SAMPLES:  # measured: is the process using the threads it has?
+        used = statistics.median(cpu) / 100.0
+        if used < CPU_SATURATED_SHARE * budget.intra:
+            return None  # not CPU-bound: more threads would wait like these do
+        items.append(Evidence("process CPU (median)", used, "cores", "metrics"))
+    gain = THREADS_PRIOR_GAIN * (1 - budget.intra / target)
+    return finding(
+        "cpu.threads_too_few",
+        title=f"{counted(budget.intra, 'intra-op thread')} on "
+        f"{counted(budget.per_rank, 'core')} per process",
+        confidence=0.5 if len(cpu) >= MIN_SAMPLES else 0.3,
+        gain=gain,
+        basis=f"prior: up to {THREADS_PRIOR_GAIN:.0%} of step time for the idle cores "
+        "(how well operators scale is model-specific; verify with the threads knob)",
+        evidence=items,
+        fix=_threads_fix(budget, target),
+    )
+
+
+def _budget_evidence(budget: CoreBudget) -> list[Evidence]:
+    return [
+        Evidence("intra-op threads", budget.intra, "threads", "facts"),
+        Evidence("DataLoader workers", budget.workers, "processes", "facts"),
+        Evidence("ranks on this host", budget.ranks, "processes", "facts"),
+        Evidence("usable cores", budget.cores, "cores", "facts"),
+    ]
+
+
+def _threads_fix(budget: CoreBudget, target: int) -> Fix:
+    workers = (
+        f" alongside {budget.workers_target} DataLoader worker(s)" if budget.workers_target else ""
+    )
+    return Fix(
+        text=f"Use {target} intra-op thread(s) per process{workers}: "
+        f"{budget.ranks} x ({target} + {budget.workers_target}) threads on {budget.cores} cores.",
+        snippet=f"OMP_NUM_THREADS={target} python train.py\n# or: torch.set_num_threads({target})",
+        knob=f"threads={target}",
     )
 
 

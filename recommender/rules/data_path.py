@@ -5,14 +5,9 @@ from __future__ import annotations
 import statistics
 
 from recommender.evidence import RunEvidence
-from recommender.rules.base import Evidence, Finding, Fix, finding, rule
-from recommender.rules.signals import (
-    data_wait_share,
-    per_step,
-    ranks_per_host,
-    trace_share,
-    usable_cores,
-)
+from recommender.rules.base import Evidence, Finding, Fix, finding, rule, times
+from recommender.rules.cpu_budget import WORKERS_CAP, CoreBudget, core_budget
+from recommender.rules.signals import data_wait_share, per_step, trace_share
 from recommender.thresholds import DATA_WAIT_SHARE_MIN
 
 DATA_WAIT_RECOVERABLE = 0.9  # workers overlap loading with compute; some wait remains
@@ -48,8 +43,7 @@ def dataloader_num_workers(evidence: RunEvidence) -> Finding | None:
         return None
     loaders = evidence.dataloaders()
     workers = min((int(d.get("num_workers", 0) or 0) for d in loaders), default=None)
-    cores = usable_cores(evidence)
-    per_rank = max(1, cores // ranks_per_host(evidence)) if cores else None
+    budget = core_budget(evidence)
     items = [
         Evidence(
             "step time waiting on the DataLoader",
@@ -60,14 +54,15 @@ def dataloader_num_workers(evidence: RunEvidence) -> Finding | None:
     ]
     if trace_dl is not None and share is not None:
         items.append(Evidence("DataLoader share of profiled steps", trace_dl, "fraction", "trace"))
-    confidence = 0.7
-    target = per_rank or 4
+    confidence, target = 0.7, 4
     if workers is not None:
         items.append(Evidence("num_workers", workers, "workers", "facts"))
-        if per_rank is not None:
-            items.append(Evidence("usable cores per rank", per_rank, "cores", "facts"))
-        confidence = 0.9 if per_rank is None or workers < per_rank else 0.6
-        target = max(workers + 1, min(per_rank or 4, max(2, workers * 2)))
+        target = max(workers + 1, 2)
+    if budget is not None:
+        items.append(Evidence("usable cores per rank", budget.per_rank, "cores", "facts"))
+        target = budget.workers_target
+    if workers is not None:
+        confidence = 0.9 if target > workers else 0.4
     return finding(
         "dataloader.num_workers",
         title=f"{measured:.0%} of each step waits for the DataLoader",
@@ -76,12 +71,45 @@ def dataloader_num_workers(evidence: RunEvidence) -> Finding | None:
         basis=f"Amdahl on the measured wait share ({measured:.1%}), "
         f"{DATA_WAIT_RECOVERABLE:.0%} assumed overlappable by workers",
         evidence=items,
-        fix=Fix(
-            text=f"Load batches in {target} worker processes and keep them alive between epochs.",
-            snippet=f"DataLoader(dataset, batch_size=..., num_workers={target},\n"
-            f"           persistent_workers=True, prefetch_factor=2)",
+        fix=_workers_fix(budget, target, workers),
+    )
+
+
+def _workers_fix(budget: CoreBudget | None, target: int, workers: int | None) -> Fix:
+    """Raise the workers within the core budget (and lower the threads to make room); past
+    the cores, more workers only compete with each other: bring them back into the budget."""
+    if budget is not None and workers is not None and target < workers:
+        return Fix(
+            text=f"{workers} worker(s) beside the rank's own thread(s) need more than its "
+            f"{budget.per_rank} cores; use {target} worker(s) with {budget.intra_target} "
+            "intra-op thread(s) and make each sample cheaper to load (pre-decoded data, "
+            "vectorised transforms).",
+            snippet=f"torch.set_num_threads({budget.intra_target})\n"
+            f"DataLoader(dataset, ..., num_workers={target}, persistent_workers=True)",
             knob=f"num_workers={target}",
-        ),
+        )
+    if workers is not None and target <= workers:
+        return Fix(
+            text=f"The {workers} worker(s) are as many as the core budget gives (the rank's "
+            f"cores less one, at most {WORKERS_CAP} workers); make each sample cheaper to "
+            "load (pre-decoded data, vectorised transforms) and keep the workers alive "
+            "between epochs.",
+            snippet="DataLoader(dataset, ..., persistent_workers=True, prefetch_factor=4)",
+        )
+    threads = ""
+    snippet_threads = ""
+    if budget is not None and budget.intra > budget.intra_target:
+        threads = (
+            f", and {budget.intra_target} intra-op thread(s) so that "
+            f"{budget.ranks} x ({budget.intra_target} + {target}) fits {budget.cores} cores"
+        )
+        snippet_threads = f"torch.set_num_threads({budget.intra_target})\n"
+    return Fix(
+        text=f"Load batches in {target} worker processes and keep them alive between "
+        f"epochs{threads}.",
+        snippet=f"{snippet_threads}DataLoader(dataset, batch_size=..., num_workers={target},\n"
+        f"           persistent_workers=True, prefetch_factor=2)",
+        knob=f"num_workers={target}",
     )
 
 
@@ -259,7 +287,7 @@ def sync_host_device(evidence: RunEvidence) -> Finding | None:
     if evidence.uses_cuda() and per_step_fact >= SYNCS_PER_STEP_MIN:
         return finding(
             "sync.host_device",
-            title=f"torch.cuda.synchronize() called {per_step_fact:g} times per step",
+            title=f"torch.cuda.synchronize() called {times(per_step_fact)} per step",
             confidence=0.5,
             gain=SYNC_PRIOR_GAIN,
             basis="prior: per-step synchronisations typically cost a few percent (no trace)",
@@ -303,7 +331,7 @@ def memory_empty_cache_in_loop(evidence: RunEvidence) -> Finding | None:
             break
     return finding(
         "memory.empty_cache_in_loop",
-        title=f"torch.cuda.empty_cache() is called {calls:g} times per step",
+        title=f"torch.cuda.empty_cache() is called {times(calls)} per step",
         confidence=confidence,
         gain=gain,
         basis=basis,
@@ -346,7 +374,7 @@ def memory_fragmentation(evidence: RunEvidence) -> Finding | None:
             items.append(Evidence("reserved / allocated", ratio, "ratio", "metrics"))
         return finding(
             "memory.fragmentation",
-            title=f"cudaMalloc/cudaFree {per_step(trace, calls):.1f} times per step",
+            title=f"cudaMalloc/cudaFree {times(round(per_step(trace, calls), 1))} per step",
             confidence=0.7 if ratio is not None else 0.5,
             gain=share,
             basis="Amdahl on the measured cudaMalloc/cudaFree time",

@@ -39,8 +39,10 @@ def launch_overhead(evidence: RunEvidence) -> Finding | None:
     Why: every operator pays a fixed framework + launch cost of several microseconds; when the
     work per operator is smaller than that, the host's dispatch speed sets the step time.
 
-    Fix: `torch.compile(mode="reduce-overhead")` (fuses operators, replays CUDA Graphs), or a
-    larger batch so each operator does more work.
+    Fix: on a GPU, `torch.compile(mode="reduce-overhead")` (fuses operators, replays CUDA
+    Graphs; a model that is already compiled needs only the CUDA Graphs), or a larger batch so
+    each operator does more work. On a CPU there are no CUDA Graphs: `torch.compile` in its
+    default mode, a larger batch, or fewer tiny operators.
     """
     for trace in evidence.traces:
         found = _gpu_launch_bound(trace) or _cpu_dispatch_bound(trace)
@@ -60,6 +62,7 @@ def _gpu_launch_bound(trace: TraceSummary) -> Finding | None:
     if short < SHORT_KERNEL_SHARE_MIN or host_wait < HOST_WAIT_SHARE_MIN or idle_pct < IDLE_PCT_MIN:
         return None
     return _launch_finding(
+        fix=_graphs_fix() if trace.compiled else _gpu_compile_fix(),
         title=f"{short:.0%} of kernels are under 10 µs; the GPU waits on the host",
         gain=idle_pct / 100 * host_wait * GRAPH_RECOVERABLE,
         basis=f"host-wait idle ({idle_pct * host_wait:.1f}% of GPU time) x "
@@ -82,6 +85,7 @@ def _cpu_dispatch_bound(trace: TraceSummary) -> Finding | None:
     step_us = trace.mean_step_us or 0.0
     overhead = ops["ops_per_step"] * DISPATCH_OVERHEAD_US
     return _launch_finding(
+        fix=_graphs_fix() if trace.compiled else _cpu_fix(),
         title=f"{ops['ops_per_step']:.0f} tiny operators per step "
         f"(median {ops['median_op_us']:.1f} µs)",
         gain=min(0.8, overhead / step_us) if step_us else 0.0,
@@ -105,6 +109,7 @@ def _tiny_steps(evidence: RunEvidence) -> Finding | None:
     if median_step >= TINY_STEP_S or batch > TINY_BATCH_MAX:
         return None
     return _launch_finding(
+        fix=_gpu_compile_fix() if evidence.uses_cuda() else _cpu_fix(),
         title=f"Steps of {median_step * 1e3:.1f} ms over batches of {batch}: overhead-bound",
         gain=TINY_STEP_PRIOR_GAIN,
         basis=f"prior: {TINY_STEP_PRIOR_GAIN:.0%} of step time is fixed per-operator overhead "
@@ -118,7 +123,13 @@ def _tiny_steps(evidence: RunEvidence) -> Finding | None:
 
 
 def _launch_finding(
-    *, title: str, gain: float, basis: str, evidence: list[Evidence], confidence: float = 0.7
+    *,
+    title: str,
+    gain: float,
+    basis: str,
+    evidence: list[Evidence],
+    fix: Fix,
+    confidence: float = 0.7,
 ) -> Finding:
     return finding(
         "launch.overhead",
@@ -127,12 +138,39 @@ def _launch_finding(
         gain=gain,
         basis=basis,
         evidence=evidence,
-        fix=Fix(
-            text="Fuse the small operators and cut per-launch cost, or give each one more work.",
-            snippet='model = torch.compile(model, mode="reduce-overhead")\n'
-            "# or: a larger batch_size",
-            knob="compile=reduce-overhead",
-        ),
+        fix=fix,
+    )
+
+
+def _gpu_compile_fix() -> Fix:
+    """Eager model on a GPU: fuse the small kernels and replay them as CUDA Graphs."""
+    return Fix(
+        text="Fuse the small operators and cut per-launch cost, or give each one more work.",
+        snippet='model = torch.compile(model, mode="reduce-overhead")\n# or: a larger batch_size',
+        knob="compile=reduce-overhead",
+    )
+
+
+def _graphs_fix() -> Fix:
+    """Already compiled (CompiledFxGraph / Triton kernels): compiling again changes nothing;
+    what is left is the launch cost CUDA Graphs remove."""
+    return Fix(
+        text="The model already runs compiled; capture CUDA Graphs so the launches are replayed "
+        "at once (torch.compile's reduce-overhead mode, or a serving engine's CUDA-graph mode, "
+        "e.g. vLLM without enforce_eager), or give each kernel more work (a larger batch).",
+        snippet="# already compiled: keep it, and capture CUDA Graphs\n"
+        'model = torch.compile(model, mode="reduce-overhead")  # instead of the default mode',
+    )
+
+
+def _cpu_fix() -> Fix:
+    """A CPU run has no CUDA Graphs: fuse with torch.compile's default mode, or do more per op."""
+    return Fix(
+        text="Fuse the small operators with torch.compile (default mode: CUDA Graphs do not "
+        "exist on a CPU), give each operator more work with a larger batch, or use fewer, "
+        "larger tensor operations instead of many tiny ones.",
+        snippet="model = torch.compile(model)  # default mode\n# or: a larger batch_size",
+        knob="compile=default",
     )
 
 
@@ -232,19 +270,31 @@ def precision_scaler_misuse(evidence: RunEvidence) -> Finding | None:
     Why: fp16 gradients underflow to zero without loss scaling; a scaler that never updates
     keeps a stale scale, skipping steps or underflowing. Training silently degrades.
 
+    A GradScaler built with `enabled=False` counts as none. Both cases are critical: the run
+    trains wrong without failing.
+
     Fix: scale -> backward -> step -> update, every step.
     """
     items: list[Evidence] = []
     if evidence.fact("amp.scaler_step_without_update") is True:
         items.append(Evidence("scaler.step without scaler.update", True, "flag", "facts"))
     dtype = str(evidence.fact("amp.autocast_dtype", ""))
+    scaler_works = (
+        evidence.fact("amp.grad_scaler") is True
+        and evidence.fact("amp.grad_scaler_enabled") is not False
+    )
     if (
         "float16" in dtype
         and "bfloat16" not in dtype
         and evidence.fact("training.backward") is True
-        and evidence.fact("amp.grad_scaler") is not True
+        and not scaler_works
     ):
-        items.append(Evidence("fp16 autocast without GradScaler", dtype, "", "facts"))
+        label = (
+            "fp16 autocast with GradScaler(enabled=False)"
+            if evidence.fact("amp.grad_scaler_enabled") is False
+            else "fp16 autocast without GradScaler"
+        )
+        items.append(Evidence(label, dtype, "", "facts"))
     if not items:
         return None
     return finding(
@@ -252,7 +302,8 @@ def precision_scaler_misuse(evidence: RunEvidence) -> Finding | None:
         title="fp16 mixed precision without a working GradScaler",
         confidence=0.8,
         gain=0.0,
-        basis="correctness, not speed: no time estimate",
+        basis="correctness, not speed: no time estimate (critical)",
+        critical=True,
         evidence=items,
         fix=Fix(
             text="Use GradScaler in the order scale, backward, step, update.",

@@ -133,6 +133,8 @@ def inference_compile_runtime(evidence: RunEvidence) -> Finding | None:
         return None
     if evidence.fact("amp.autocast") is True or not evidence.uses_cuda():
         return None
+    if any(t.compiled for t in evidence.traces):
+        return None  # already compiled (CompiledFxGraph / Triton kernels in its trace)
     return finding(
         "inference.compile_runtime",
         title="Inference in eager fp32",

@@ -35,6 +35,7 @@ _GPU_KINDS = {
 }
 _HOST_CATS = frozenset({"cuda_runtime", "cuda_driver", "Runtime", "Driver"})
 _CPU_CATS = {"cpu_op": CPU_OP, "Operator": CPU_OP, "user_annotation": CPU_ANNOTATION}
+_COMPILED_MARKS = ("CompiledFxGraph", "Torch-Compiled Region", "CompiledFunction")
 _ABSOLUTE_TS = 1e11  # after a prefix cut, larger timestamps (12+ digits) are ones it missed
 
 
@@ -85,6 +86,9 @@ class EventSink:
         self.cpu_op_counts: dict[str, int] = {}
         self.steps: list[tuple[int, float, float]] = []
         self.optimizer_step_ends: list[float] = []
+        self.compiled_regions = 0
+        self.backward_ops = 0
+        self.gpu_steps: list[tuple[float, float]] = []  # GPU-side ProfilerStep (ts, dur)
 
     def _ts(self, value: Any) -> float:
         ts = float(value)
@@ -142,6 +146,8 @@ class EventSink:
             )
         elif cat in _CPU_CATS:
             self._add_cpu(self._ts(ts), float(dur), name, _CPU_CATS[cat])
+        elif cat == "gpu_user_annotation" and name.startswith("ProfilerStep"):
+            self.gpu_steps.append((self._ts(ts), float(dur)))
 
     def _add_gpu(
         self, ts: float, dur: float, name: str, cat: Any, stream: int, corr: int, nbytes: int
@@ -179,6 +185,10 @@ class EventSink:
             self.optimizer_step_ends.append(ts + dur)
         if "DataLoader" in name:
             cpu_class = CPU_DATALOADER
+        if "ompile" in name and any(mark in name for mark in _COMPILED_MARKS):
+            self.compiled_regions += 1
+        elif name.startswith("autograd::engine::evaluate_function"):
+            self.backward_ops += 1
         if cpu_class == CPU_OP:
             self.cpu_op_counts[name] = self.cpu_op_counts.get(name, 0) + 1
         self.cpu_ts.append(ts)
@@ -246,5 +256,8 @@ class EventSink:
             cpu_op_counts=self.cpu_op_counts,
             fractional_timestamps=self.prefix_cut,
             steps_from_profiler=steps_from_profiler,
+            compiled_regions=self.compiled_regions,
+            backward_ops=self.backward_ops,
+            gpu_steps=sorted((ts - origin, dur) for ts, dur in self.gpu_steps),
             **meta,
         )

@@ -31,6 +31,7 @@ TRACE_SUFFIXES = (".json", ".json.gz")
 _FRACTIONAL_TS = re.compile(rb'"ts":( ?)(\d{12,})\.\d')
 _KEEP_DIGITS = 10  # digits kept after the cut, behind a 1: [1e10, 2e10) µs, exact to 2e-6 µs
 _SNIFF_BYTES = 4 * 1024 * 1024
+_FORMAT_SNIFF = 64  # leading bytes that tell JSON from a binary format
 _READ_CHUNK = 256 * 1024  # compressed bytes per inflate call
 _REPLACE_WINDOW = 32 * 1024 * 1024  # bytes rewritten at a time by the timestamp cut
 _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
@@ -117,6 +118,25 @@ def _replace_in_place(data: bytearray, pairs: list[tuple[bytes, bytes]]) -> None
     del data[write:]
 
 
+def check_format(data: bytes | bytearray, path: Path) -> None:
+    """InputError naming the format when the bytes are not a JSON document (a JAX/TensorFlow
+    `.xplane.pb` protobuf, a PyTorch `.pt` file, ...): one clear sentence, not a parser's."""
+    start = bytes(data[:_FORMAT_SNIFF]).removeprefix(b"\xef\xbb\xbf").lstrip()
+    if start[:1] in (b"{", b"["):
+        return
+    name = path.name.lower()
+    if name.endswith((".xplane.pb", ".pb", ".pb.gz")):
+        kind = "a JAX/TensorFlow profiler protobuf (.xplane.pb)"
+    elif not start:
+        kind = "an empty file"
+    else:
+        kind = "not JSON"
+    raise InputError(
+        f"{path}: format not supported: {kind}; analyze a PyTorch profiler (Kineto) trace, "
+        ".json or .json.gz"
+    )
+
+
 def _parse(data: bytearray, path: Path) -> dict:
     try:
         document = orjson.loads(data)
@@ -187,6 +207,7 @@ def load_trace(path: str | Path, *, fallback_rank: int = 0) -> RankTrace:
     """Load one Kineto trace file (plain or gzipped JSON) into a `RankTrace`."""
     path = Path(path)
     data = read_bytes(path)
+    check_format(data, path)
     base_us, cut = _cut_timestamp_prefix(data)
     sink = EventSink(base_us=base_us, prefix_cut=cut)
     meta = _walk(data, path, sink)
@@ -217,6 +238,8 @@ def load_traces(path: str | Path) -> list[RankTrace]:
         raise InputError(f"{path}: no such file or directory")
     files = trace_files(path)
     if not files:
-        raise InputError(f"{path}: no trace files (*.json, *.json.gz)")
+        other = sorted(p.name for p in path.glob("*.pb"))[:1]
+        hint = f"; {other[0]}: format not supported (JAX/TensorFlow xplane)" if other else ""
+        raise InputError(f"{path}: no trace files (*.json, *.json.gz){hint}")
     traces = [load_trace(f, fallback_rank=i) for i, f in enumerate(files)]
     return sorted(traces, key=lambda t: t.rank)

@@ -121,3 +121,6 @@ class RankTrace:
     compute_capability: tuple[int, int] | None = None
     fractional_timestamps: bool = False
     steps_from_profiler: bool = True  # False: steps inferred from Optimizer.step annotations
+    compiled_regions: int = 0  # CPU events of torch.compile'd code (CompiledFxGraph, ...)
+    backward_ops: int = 0  # autograd engine CPU events: the trace includes backward passes
+    gpu_steps: list[tuple[float, float]] = field(default_factory=list)  # GPU ProfilerStep spans

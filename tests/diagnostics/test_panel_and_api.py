@@ -47,6 +47,7 @@ def test_it_shows_the_ranked_fixes_to_the_owner(diagnosed: Run, owner: Any) -> N
     assert "data path" in html  # risk class badge
     assert '<pre class="snippet"><code>' in html
     assert "About this rule (What / Why / Fix)" in html and "What: the training loop" in html
+    assert "<code>num_workers=0</code>" in html and "`num_workers" not in html  # backticks
     assert f'action="/runs/{RUN_ID}/jobs/"' in html  # "Try this fix" (num_workers has a knob)
     assert 'name="finding_id" value="dataloader.num_workers"' in html
 

@@ -45,3 +45,29 @@ def test_a_verified_fix_ranks_by_its_measured_gain() -> None:
     assert rank_findings([guessed, verified])[0] is verified
     verified.measured_gain = -0.1  # refuted: no gain, ranks last
     assert rank_findings([guessed, verified])[-1] is verified
+
+
+def _basis(found: Finding, basis: str) -> Finding:
+    found.gain_basis = basis
+    return found
+
+
+def test_a_finding_that_ends_or_hangs_the_run_ranks_first_at_gain_zero() -> None:
+    large = _finding("big", "data-path", 0.6, confidence=1.0)
+    hang = _finding("hang", "distributed", 0.0)
+    hang.critical = True
+    assert rank_findings([large, hang])[0] is hang
+
+
+def test_a_prior_never_outranks_a_measured_gain() -> None:
+    measured = _basis(_finding("wait", "data-path", 0.19, confidence=0.7), "Amdahl on 19%")
+    prior = _basis(_finding("dp", "distributed", 0.3, confidence=0.9), "prior: 30%")
+    assert prior.prior and not measured.prior
+    assert rank_findings([prior, measured]) == [measured, prior]
+    assert prior.score > measured.score  # the tier, not the score, decides
+
+
+def test_a_finding_without_a_gain_ranks_below_a_prior() -> None:
+    nothing = _basis(_finding("zero", "data-path", 0.0), "no estimate")
+    prior = _basis(_finding("dp", "distributed", 0.3), "prior: 30%")
+    assert rank_findings([nothing, prior]) == [prior, nothing]

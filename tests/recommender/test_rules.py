@@ -144,6 +144,9 @@ POSITIVE: dict[str, Builder] = {
     "attention.fused": _trace(
         markers={"aten::bmm": 40, "aten::softmax": 20}, tensor_cores={"softmax_bmm_share": 0.4}
     ),
+    "fusion.elementwise": _trace(
+        tensor_cores={"elementwise_share": 0.5, "normalisation_share": 0.1, "concat_share": 0.06}
+    ),
     "batch.increase": _with(
         _healthy,
         series=[_series("gpu.utilization", [20.0] * 30), _series("torch.cuda_peak", [8e9] * 5)],
@@ -152,7 +155,7 @@ POSITIVE: dict[str, Builder] = {
     "distributed.dataparallel": _with(_healthy, facts={"parallel.mode": "dataparallel"}),
     "distributed.backend": _with(_healthy, facts={"distributed.backend": "gloo"}),
     "distributed.rank_device_mismatch": _with(
-        _healthy, facts={"env.local_rank": "1", "cuda.current_device": 0}
+        _healthy, facts={"env.local_rank": "1", "cuda.training_device": 0}
     ),
     "distributed.loopback_init": _with(
         _healthy,
@@ -163,7 +166,26 @@ POSITIVE: dict[str, Builder] = {
         },
     ),
     "distributed.find_unused_parameters": _with(
-        _healthy, facts={"ddp.find_unused_parameters": True}
+        _healthy,
+        facts={
+            "ddp.find_unused_parameters": True,
+            "ddp.unused_parameters": 0,
+            "ddp.unused_checked_steps": 3,
+        },
+    ),
+    "distributed.grad_accumulation": _trace(
+        training=True,
+        collectives={"AllReduce": {"count": 400, "us": 30_000.0, "exposed_us": 25_000.0}},
+    ),
+    "distributed.reduce_then_broadcast": _with(
+        _healthy, facts={"distributed.reduce_then_broadcast_per_step": 1.0}
+    ),
+    "cpu.threads_too_few": lambda make: RunEvidence(
+        facts={"threads.intra_op": 1, "host.usable_cores": 16, **_loader(num_workers=0)},
+        steps=_steps(),
+    ),
+    "dataloader.too_many_workers": _with(
+        _healthy, facts={**_loader(num_workers=12, persistent_workers=True), "host.usable_cores": 8}
     ),
     "distributed.comm_bound": _trace(
         comm_comp_overlap_pct=10.0,
