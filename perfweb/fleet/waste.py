@@ -27,6 +27,7 @@ IDLE_PERCENT = 5.0
 MAX_SAMPLE_GAP_S = 10.0  # the agent samples every second; a longer gap is not guessed at
 HOUR = 3600.0
 JOULES_PER_KWH = 3.6e6
+EDGE_S = 1e-3
 
 
 @dataclass
@@ -125,7 +126,9 @@ def _energy(energy: Series | None, start: float, end: float) -> float | None:
     if energy is None:
         return None
     t = np.asarray(energy.t, dtype=float)
-    v = np.asarray(energy.v, dtype=float)[(t >= start) & (t <= end)]
+    # the span's ends come from stored datetimes (microseconds): a reading taken at the very
+    # start or end may sit a rounding error outside
+    v = np.asarray(energy.v, dtype=float)[(t >= start - EDGE_S) & (t <= end + EDGE_S)]
     if v.size < 2:
         return None
     return float(np.clip(np.diff(v), 0.0, None).sum())

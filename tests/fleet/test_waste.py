@@ -80,3 +80,11 @@ def test_prices_match_the_longest_model_name_inside_the_gpu_s_name() -> None:
 def test_a_bad_price_setting_fails_loudly(bad: str) -> None:
     with pytest.raises(ImproperlyConfigured, match="PERFWEB_GPU_PRICES"):
         parse_prices(bad)
+
+
+def test_an_energy_reading_a_rounding_error_outside_the_span_still_counts() -> None:
+    # the run's start comes back from the database rounded to the microsecond
+    energy = Series(t=[99.9999996, 101.0, 102.0], v=[0.0, 10.0, 20.0])
+    time = gpu_time(utilization=every_second([50.0] * 3, start=100.0), memory=None,
+                    energy=energy, start=100.0, end=103.0)
+    assert time.energy_joules == 20.0
