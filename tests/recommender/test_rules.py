@@ -184,6 +184,14 @@ POSITIVE: dict[str, Builder] = {
     "inference.compile_runtime": _with(
         _healthy, facts={"training.backward": False, "amp.autocast": False}
     ),
+    "cpu.host_contention": _with(
+        _healthy,
+        facts={"host.cpu_count": 16},
+        series=[
+            _series("host.cpu_percent", [97.0] * 30, device="host"),
+            _series("process.cpu_percent", [150.0] * 30, device="process"),
+        ],
+    ),
 }
 
 
