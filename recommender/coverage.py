@@ -172,8 +172,8 @@ def _statement(*, verdict: str, reason: str, seen: list[str]) -> str:
         return ""
     if verdict == PARTLY_OBSERVED:
         return (
-            f"Only partly examined: no step or request was timed ({reason}), so no step-time "
-            f"rule could run; what was seen ({', '.join(seen)}) shows no fix worth making. "
+            f"Only partly examined: no step or request was timed ({reason}), so no rule that "
+            f"reads step or request times could run; only {', '.join(seen)} were seen. "
             f"{FIX_TEXT}"
         )
     causes = "; ".join((reason, NO_GPU_REASON, NO_TRACE_REASON))
