@@ -58,6 +58,8 @@ class Coverage:
     seen: list[str] = field(default_factory=list)  # e.g. "42 requests", "1 profiler trace"
     not_seen: list[str] = field(default_factory=list)  # e.g. "steps or requests", "GPU samples"
     reason: str = ""  # why the steps were not seen ("" when they were)
+    causes: list[str] = field(default_factory=list)  # reason, and why no GPU sample or trace
+    headline: str = ""  # the statement's first sentence, for a page ("" when observed)
     fix: str = ""  # the one line that fixes it ("" when nothing to fix)
     statement: str = ""  # what a report says instead of "no findings" ("" when observed)
 
@@ -88,6 +90,8 @@ class Coverage:
             "seen": self.seen,
             "not_seen": self.not_seen,
             "reason": self.reason,
+            "causes": self.causes,
+            "headline": self.headline,
             "fix": self.fix,
             "statement": self.statement,
         }
@@ -149,6 +153,9 @@ def run_coverage(
     else:
         verdict = NOT_OBSERVED
     reason = "" if steps else (UNSEEN_REASON if facts.get("torch.version") else NO_TORCH_REASON)
+    causes = [reason] if reason else []
+    causes += [] if gpu_samples else [NO_GPU_REASON]
+    causes += [] if traces else [NO_TRACE_REASON]
     return Coverage(
         verdict=verdict,
         kind=kind,
@@ -162,9 +169,19 @@ def run_coverage(
         seen=seen,
         not_seen=not_seen,
         reason=reason,
+        causes=causes if verdict != OBSERVED else [],
+        headline=HEADLINES.get(verdict, ""),
         fix="" if steps else FIX_LINE,
         statement=_statement(verdict=verdict, reason=reason, seen=seen),
     )
+
+
+HEADLINES = {
+    NOT_OBSERVED: "Not examined, so not healthy either: the agent saw no step or request, no "
+    "profiler trace and no GPU sample in this run.",
+    PARTLY_OBSERVED: "Only partly examined: no step or request was timed, so no rule that "
+    "reads step or request times could run.",
+}
 
 
 def _statement(*, verdict: str, reason: str, seen: list[str]) -> str:
@@ -177,10 +194,7 @@ def _statement(*, verdict: str, reason: str, seen: list[str]) -> str:
             f"{FIX_TEXT}"
         )
     causes = "; ".join((reason, NO_GPU_REASON, NO_TRACE_REASON))
-    return (
-        "Not examined, so not healthy either: the agent saw no step or request, no profiler "
-        f"trace and no GPU sample in this run ({causes}). {FIX_TEXT}"
-    )
+    return f"{HEADLINES[NOT_OBSERVED][:-1]} ({causes}). {FIX_TEXT}"
 
 
 def evidence_coverage(evidence: RunEvidence) -> Coverage:

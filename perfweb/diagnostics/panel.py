@@ -44,6 +44,7 @@ def findings_panel(*, run: Run, user: Any) -> Panel:
             "traces": traces,
             "coverage": coverage,
             "examined": coverage.verdict == OBSERVED,
+            "running": run.status == Run.RUNNING,
             "no_findings": coverage.no_findings_text(traces=bool(traces)),
         },
     )

@@ -10,7 +10,9 @@ from pathlib import Path
 
 from recommender.coverage import (
     FIX_LINE,
+    NO_GPU_REASON,
     NO_TORCH_REASON,
+    NO_TRACE_REASON,
     NOT_OBSERVED,
     OBSERVED,
     PARTLY_OBSERVED,
@@ -35,6 +37,8 @@ def test_it_calls_a_run_without_steps_trace_or_gpu_samples_not_observed() -> Non
     assert coverage.verdict == NOT_OBSERVED
     assert coverage.kind is None
     assert coverage.reason == UNSEEN_REASON
+    assert coverage.causes == [UNSEEN_REASON, NO_GPU_REASON, NO_TRACE_REASON]
+    assert coverage.headline.startswith("Not examined, so not healthy either")
     assert "no optimizer step, no backward pass, no nn.Module call" in coverage.statement
     assert coverage.fix == FIX_LINE == "agent.step()"
     assert "agent.step()" in coverage.statement
@@ -55,6 +59,7 @@ def test_it_calls_gpu_samples_without_steps_only_partly_observed() -> None:
     coverage = run_coverage(facts=TORCH, steps=0, gpu_samples=120)
     assert coverage.verdict == PARTLY_OBSERVED
     assert coverage.statement.startswith("Only partly examined")
+    assert coverage.causes == [UNSEEN_REASON, NO_TRACE_REASON]  # the GPU was seen
     assert "120 GPU samples" in coverage.statement and "agent.step()" in coverage.statement
     assert "No finding" not in coverage.no_findings_text(traces=False)
 
