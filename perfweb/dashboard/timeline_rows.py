@@ -69,6 +69,15 @@ ROWS: tuple[TimelineRow, ...] = (
         "no process samples yet.",
     ),
     TimelineRow(
+        "host_cpu",
+        "Host CPU (every process on the host)",
+        "%",
+        ("host.cpu_percent",),
+        "host",
+        "no host-wide samples — this agent does not report them.",
+        max_value=100.0,
+    ),
+    TimelineRow(
         "steps",
         "Step time and data wait",
         METRICS[STEP_DURATION],

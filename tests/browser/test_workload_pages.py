@@ -69,6 +69,8 @@ def _inference_run(server: LiveServer) -> str:
              "v": [6e8 + 1e6 * i for i in range(len(ends[::10]))]},
             {"device": "process", "name": "process.cpu_percent", "t": ends[::10],
              "v": [90.0] * len(ends[::10])},
+            {"device": "host", "name": "host.cpu_percent", "t": ends[::10],
+             "v": [70.0] * len(ends[::10])},
         ],
         "steps": {"rank": 0, "index": list(range(len(ends))), "t": ends,
                   "duration": latencies.tolist(), "data_wait": [0.0] * len(ends)},
@@ -129,9 +131,10 @@ def test_an_inference_runs_page_draws_latency_percentiles_and_throughput(
     assert all(t["points"] >= 10 for t in throughput), throughput
     p99 = page.evaluate("() => document.getElementById('latency-chart').data[2].y")
     assert max(p99[-4:]) > 2 * max(p99[:4])  # the slowdown shows where it happened
-    # No step-time row: the timeline charts the process only.
+    # No step-time row: the timeline charts the process and the host.
     rows = page.locator("#timeline").get_attribute("data-rows") or ""
     assert "steps" not in rows.split(","), rows
+    assert "host_cpu" in rows.split(","), rows  # host-wide CPU beside the process's own
     assert "Step time" not in page.locator("#timeline-panel").inner_text()
     assert page.locator('[data-testid="workload-kind"]').inner_text() == "inference"
     numbers = page.locator('[aria-label="Request statistics"]').inner_text()

@@ -163,3 +163,27 @@ def test_a_training_runs_page_has_no_requests_panel(agent: Agent, owner: Any) ->
 def test_it_hides_the_workload_from_an_outsider(agent: Agent, outsider: Any) -> None:
     inference_run(agent, [0.02] * 10)
     assert logged_in(outsider).get(WORKLOAD).status_code == 404
+
+
+def test_it_finds_host_contention_from_the_stored_host_series(agent: Agent) -> None:
+    """Through ingest and the diagnosis task: 16 cores 96% busy, the job's 8 threads get 2."""
+    from perfweb.diagnostics.models import Finding
+
+    facts = {"torch.version": "2.13.0", "host.cpu_count": 16, "host.usable_cores": 16,
+             "threads.intra_op": 8}  # fmt: skip
+    assert agent.start(devices=NO_GPU, facts=facts).status_code == 200
+    ts = [T0 + i for i in range(60)]
+    metrics = [
+        {"device": "host", "name": "host.cpu_percent", "t": ts, "v": [96.0] * 60},
+        {"device": "process", "name": "process.cpu_percent", "t": ts, "v": [200.0] * 60},
+    ]
+    steps = {"rank": 0, "index": list(range(60)), "t": ts, "duration": [1.0] * 60,
+             "data_wait": [0.0] * 60}  # fmt: skip
+    assert agent.batch(metrics=metrics, steps=steps, facts={}).status_code == 200
+    diagnose_run_task(Run.objects.get().id)
+    stored = Finding.objects.get(rule_id="cpu.host_contention")
+    assert stored.risk == "system"
+    numbers = {e["label"]: e["value"] for e in stored.evidence}
+    assert numbers["host-wide CPU (median)"] == 96.0
+    assert numbers["the job's CPU (median)"] == 2.0
+    assert numbers["cores the job's threads ask for"] == 8.0
