@@ -187,3 +187,14 @@ def test_it_finds_host_contention_from_the_stored_host_series(agent: Agent) -> N
     assert numbers["host-wide CPU (median)"] == 96.0
     assert numbers["the job's CPU (median)"] == 2.0
     assert numbers["cores the job's threads ask for"] == 8.0
+
+
+def test_gpu_samples_without_steps_are_only_partly_examined(agent: Agent, owner: Any) -> None:
+    assert agent.start(facts={"torch.version": "2.13.0"}).status_code == 200
+    assert agent.batch(steps=None).status_code == 200  # GPU and process samples, no step
+    diagnose_run_task(Run.objects.get().id)
+    html = logged_in(owner).get(PAGE).content.decode()
+    assert 'data-verdict="partly_observed"' in html
+    assert "Only partly examined: no step or request was timed" in html
+    assert "10 GPU samples" in html
+    assert "No finding" not in html
