@@ -110,6 +110,21 @@ def cpu_bound(evidence: RunEvidence) -> Finding | None:
 HOST_BUSY_PCT = 85.0  # host-wide CPU (% of all cores) at or above this counts as busy
 STARVED_SHARE = 0.6  # the job getting at most this share of the cores its threads ask
 HOST_DEVICE = "host"  # host-wide series (agent.protocol): every process on the host
+LOOP_BUSY_MIN = 0.25  # a loop inside its steps/requests less than this share of the time
+# mostly waits for work (a serving loop between requests): it asks for no cores
+
+
+def loop_busy_share(evidence: RunEvidence) -> float | None:
+    """Share of the wall time the loop spent inside its steps or requests (summed over ranks,
+    per rank), None without steps. Training steps are back to back (~1); a serving loop's
+    requests leave the gaps in which it waits for the next one."""
+    steps = evidence.steps
+    if not steps:
+        return None
+    start = min(s.t - s.duration_s for s in steps)
+    span = max(s.t for s in steps) - start
+    ranks = len({s.rank for s in steps})
+    return min(1.0, sum(s.duration_s for s in steps) / (span * ranks)) if span > 0 else None
 
 
 def _job_cpu_cores(evidence: RunEvidence) -> float | None:
@@ -156,6 +171,9 @@ def cpu_host_contention(evidence: RunEvidence) -> Finding | None:
         return None
     if others < host_cores - asked:  # the others leave the job the cores it asks: not them
         return None
+    busy = loop_busy_share(evidence)
+    if busy is not None and busy < LOOP_BUSY_MIN:  # the loop waits for work, not for cores
+        return None
     got = job_cores / asked
     return finding(
         "cpu.host_contention",
@@ -171,7 +189,12 @@ def cpu_host_contention(evidence: RunEvidence) -> Finding | None:
             Evidence("the job's CPU (median)", job_cores, "cores", "metrics (process)"),
             Evidence("cores the job's threads ask for", asked, "cores", "facts"),
             Evidence("cores taken by other processes", others, "cores", "metrics (host − job)"),
-        ],
+        ]
+        + (
+            [Evidence("the loop's busy share", busy, "fraction", "metrics (steps)")]
+            if busy is not None
+            else []
+        ),
         fix=Fix(
             text="Run the job where it gets its cores: move it or the other work, or pin each "
             "to its own cores.",

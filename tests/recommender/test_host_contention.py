@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from recommender.evidence import RunEvidence, Series
+from recommender.evidence import RunEvidence, Series, StepSample
 from recommender.rules.cpu import cpu_host_contention
 
 
@@ -61,3 +61,14 @@ def test_it_needs_host_wide_samples() -> None:
     no_host = _run(host_pct=95.0, job_pct=200.0)
     no_host.series = [s for s in no_host.series if s.device != "host"]
     assert cpu_host_contention(no_host) is None
+
+
+def test_it_stays_quiet_when_a_serving_loop_mostly_waits_for_requests() -> None:
+    # 50 requests of 1 ms over 5 s: the loop sleeps between them and asks for no cores.
+    evidence = _run(host_pct=97.0, job_pct=30.0)
+    evidence.steps = [StepSample(0, i, 1000.0 + 0.1 * i, 0.001) for i in range(50)]
+    assert cpu_host_contention(evidence) is None
+    evidence.steps = [StepSample(0, i, 1000.0 + 0.1 * i, 0.1) for i in range(50)]  # back to back
+    found = cpu_host_contention(evidence)
+    assert found is not None
+    assert abs(_evidence(found)["the loop's busy share"] - 1.0) < 1e-9
