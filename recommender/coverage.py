@@ -40,6 +40,12 @@ UNSEEN_REASON = (
 )
 NO_GPU_REASON = "no GPU the agent could read through NVML"
 NO_TRACE_REASON = "no profiler window was captured, as one opens only once steps are timed"
+HEADLINES = {
+    NOT_OBSERVED: "Not examined, so not healthy either: the agent saw no step or request, no "
+    "profiler trace and no GPU sample in this run.",
+    PARTLY_OBSERVED: "Only partly examined: no step or request was timed, so no rule that "
+    "reads step or request times could run.",
+}
 
 
 @dataclass(frozen=True)
@@ -126,32 +132,21 @@ def run_coverage(
     kind = workload_kind(facts=facts, steps=steps)
     source = facts.get("steps.source")
     unit = "request" if kind == "inference" else "step"
-    seen = [
-        text
-        for count, text in (
-            (steps, _count(steps, unit) + (f" on {_count(ranks, 'rank')}" if ranks > 1 else "")),
-            (traces, _count(traces, "profiler trace")),
-            (gpu_samples, _count(gpu_samples, "GPU sample")),
-            (process_samples, _count(process_samples, "process sample")),
-            (host_samples, _count(host_samples, "host sample")),
-        )
-        if count
-    ]
-    not_seen = [
-        text
-        for count, text in (
-            (steps, "steps or requests"),
-            (traces, "profiler traces"),
-            (gpu_samples, "GPU samples"),
-        )
-        if not count
-    ]
-    if steps:
-        verdict = OBSERVED
-    elif traces or gpu_samples:
-        verdict = PARTLY_OBSERVED
-    else:
-        verdict = NOT_OBSERVED
+    counted = (
+        (steps, _count(steps, unit) + (f" on {_count(ranks, 'rank')}" if ranks > 1 else "")),
+        (traces, _count(traces, "profiler trace")),
+        (gpu_samples, _count(gpu_samples, "GPU sample")),
+        (process_samples, _count(process_samples, "process sample")),
+        (host_samples, _count(host_samples, "host sample")),
+    )
+    seen = [text for count, text in counted if count]
+    missing = (
+        (steps, "steps or requests"),
+        (traces, "profiler traces"),
+        (gpu_samples, "GPU samples"),
+    )
+    not_seen = [text for count, text in missing if not count]
+    verdict = OBSERVED if steps else PARTLY_OBSERVED if traces or gpu_samples else NOT_OBSERVED
     reason = "" if steps else (UNSEEN_REASON if facts.get("torch.version") else NO_TORCH_REASON)
     causes = [reason] if reason else []
     causes += [] if gpu_samples else [NO_GPU_REASON]
@@ -174,14 +169,6 @@ def run_coverage(
         fix="" if steps else FIX_LINE,
         statement=_statement(verdict=verdict, reason=reason, seen=seen),
     )
-
-
-HEADLINES = {
-    NOT_OBSERVED: "Not examined, so not healthy either: the agent saw no step or request, no "
-    "profiler trace and no GPU sample in this run.",
-    PARTLY_OBSERVED: "Only partly examined: no step or request was timed, so no rule that "
-    "reads step or request times could run.",
-}
 
 
 def _statement(*, verdict: str, reason: str, seen: list[str]) -> str:
