@@ -54,13 +54,15 @@ def _finish(server: LiveServer, run_id: str, ended: float) -> None:
 
 
 def _inference_run(server: LiveServer) -> str:
-    """400 requests over ~14 s: 300 at ~20 ms, then 100 at 30–90 ms."""
+    """400 requests over ~18 s: 300 at ~20 ms, 4 s without any, then 100 at 30–90 ms."""
     run_id = uuid.uuid4().hex
     t0 = time.time() - 120
     _start(server, run_id, "resnet-serving", t0)
     rng = np.random.default_rng(3)
     latencies = np.concatenate([rng.uniform(0.015, 0.025, 300), rng.uniform(0.03, 0.09, 100)])
-    ends = (t0 + np.cumsum(latencies + 0.005)).tolist()
+    gaps = np.full(len(latencies), 0.005)
+    gaps[300] = 4.0  # no request for 4 s between the two phases
+    ends = (t0 + np.cumsum(latencies + gaps)).tolist()
     _post(server, "batch", {
         "run_id": run_id, "agent_id": run_id, "seq": 0, "sent_at": ends[-1], "dropped": 0,
         "metrics": [
@@ -131,6 +133,9 @@ def test_an_inference_runs_page_draws_latency_percentiles_and_throughput(
     assert all(t["points"] >= 10 for t in throughput), throughput
     p99 = page.evaluate("() => document.getElementById('latency-chart').data[2].y")
     assert max(p99[-4:]) > 2 * max(p99[:4])  # the slowdown shows where it happened
+    assert None in p99  # the silent 4 s break the latency lines ...
+    rps = page.evaluate("() => document.getElementById('throughput-chart').data[0].y")
+    assert 0 in rps  # ... and drop the throughput to 0
     # No step-time row: the timeline charts the process and the host.
     rows = page.locator("#timeline").get_attribute("data-rows") or ""
     assert "steps" not in rows.split(","), rows

@@ -26,13 +26,30 @@
     }, extra || {});
   }
 
+  // Windows without a request are left out by the server: between two windows more than a
+  // stride apart the latency lines break (null) and the throughput drops to 0.
+  function withGaps(windows) {
+    const stride = windows.window_s / 2;
+    const keys = ["t", "p50_s", "p95_s", "p99_s", "rps", "sps"];
+    const out = { window_s: windows.window_s };
+    keys.forEach(function (k) { out[k] = []; });
+    windows.t.forEach(function (t, i) {
+      if (i > 0 && t - windows.t[i - 1] > 1.5 * stride) {
+        const silent = { t: (t + windows.t[i - 1]) / 2, rps: 0, sps: windows.sps[i] === null ? null : 0 };
+        keys.forEach(function (k) { out[k].push(k in silent ? silent[k] : null); });
+      }
+      keys.forEach(function (k) { out[k].push(windows[k][i]); });
+    });
+    return out;
+  }
+
   function draw(requests) {
-    const w = requests.windows;
+    const w = withGaps(requests.windows);
     const x = w.t.map(toAxis);
     const latency = LATENCY.map(function (p) {
       return {
         type: "scatter", mode: "lines+markers", name: "latency " + p.name, x: x,
-        y: w[p.key].map(function (s) { return s * 1000; }), line: { color: p.color, width: 1.8 },
+        y: w[p.key].map(function (s) { return s === null ? null : s * 1000; }), line: { color: p.color, width: 1.8 },
         marker: { size: 4 }, hovertemplate: "%{y:.3~f} ms<extra>" + p.name + "</extra>",
       };
     });
@@ -40,7 +57,7 @@
     latencyEl.innerHTML = "";
     Plotly.react(latencyEl, latency, layout("Request latency (sliding " + w.window_s.toFixed(1) + " s windows)", "ms"), CONFIG);
     latencyEl.dataset.traces = latency.map(function (t) { return t.name; }).join(",");
-    latencyEl.dataset.points = String(x.length);
+    latencyEl.dataset.points = String(requests.windows.t.length);
 
     const throughput = [{
       type: "scatter", mode: "lines", name: "requests/s", x: x, y: w.rps, line: { color: "#19a979", width: 1.8, shape: "hv" },
@@ -61,7 +78,7 @@
                 range: [0, 1.3 * Math.max.apply(null, w.sps.filter(function (v) { return v !== null; }))] },
     } : {}), CONFIG);
     throughputEl.dataset.traces = throughput.map(function (t) { return t.name; }).join(",");
-    throughputEl.dataset.points = String(x.length);
+    throughputEl.dataset.points = String(requests.windows.t.length);
   }
 
   async function refresh() {
