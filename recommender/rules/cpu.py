@@ -6,7 +6,7 @@ import statistics
 
 from recommender.evidence import RunEvidence
 from recommender.rules.base import Evidence, Finding, Fix, finding, rule
-from recommender.rules.signals import ranks_per_host, usable_cores
+from recommender.rules.signals import loop_busy_share, ranks_per_host, usable_cores
 
 OVERSUBSCRIPTION_MIN = 1.0  # busy threads / usable cores above this oversubscribes
 OVERSUBSCRIPTION_COST = 0.15  # share of CPU-side time lost per 1x of oversubscription
@@ -112,19 +112,6 @@ STARVED_SHARE = 0.6  # the job getting at most this share of the cores its threa
 HOST_DEVICE = "host"  # host-wide series (agent.protocol): every process on the host
 LOOP_BUSY_MIN = 0.25  # a loop inside its steps/requests less than this share of the time
 # mostly waits for work (a serving loop between requests): it asks for no cores
-
-
-def loop_busy_share(evidence: RunEvidence) -> float | None:
-    """Share of the wall time the loop spent inside its steps or requests (summed over ranks,
-    per rank), None without steps. Training steps are back to back (~1); a serving loop's
-    requests leave the gaps in which it waits for the next one."""
-    steps = evidence.steps
-    if not steps:
-        return None
-    start = min(s.t - s.duration_s for s in steps)
-    span = max(s.t for s in steps) - start
-    ranks = len({s.rank for s in steps})
-    return min(1.0, sum(s.duration_s for s in steps) / (span * ranks)) if span > 0 else None
 
 
 def _job_cpu_cores(evidence: RunEvidence) -> float | None:
