@@ -28,7 +28,6 @@ window.PerfwebTimeline = (function () {
   function deviceLabel(device) {
     if (device === "process") return "main process";
     if (device === "workers") return "DataLoader workers";
-    if (device === "host") return "whole host";
     let match = /^(process|workers):(\d+)$/.exec(device);
     if (match) return "rank " + match[2] + (match[1] === "process" ? " process" : " workers");
     match = /^gpu:(\d+):n(\d+)$/.exec(device);
