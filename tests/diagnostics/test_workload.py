@@ -198,3 +198,31 @@ def test_gpu_samples_without_steps_are_only_partly_examined(agent: Agent, owner:
     assert "Only partly examined: no step or request was timed" in html
     assert "10 GPU samples" in html
     assert "No finding" not in html
+
+
+def test_an_inference_run_one_request_at_a_time_gets_dynamic_batching(
+    agent: Agent, owner: Any
+) -> None:
+    """Through ingest and the diagnosis task: 1-sample requests back to back, 1 of 8 cores."""
+    assert agent.start(devices=NO_GPU, facts={"host.usable_cores": 8}).status_code == 200
+    ends = [T0 + 0.05 * (i + 1) for i in range(100)]
+    body = {
+        "metrics": [
+            {"device": "rank:0", "name": "step.batch_size", "t": ends, "v": [1.0] * 100},
+            {"device": "process", "name": "process.cpu_percent", "t": ends, "v": [100.0] * 100},
+        ],
+        "steps": {"rank": 0, "index": list(range(100)), "t": ends, "duration": [0.05] * 100,
+                  "data_wait": [0.0] * 100},
+        "facts": INFERENCE_FACTS,
+    }  # fmt: skip
+    assert agent.batch(**body).status_code == 200
+    diagnose_run_task(Run.objects.get().id)
+    from perfweb.diagnostics.models import Finding
+
+    stored = Finding.objects.get(rule_id="inference.dynamic_batching")
+    numbers = {e["label"]: e["value"] for e in stored.evidence}
+    assert numbers["samples per request (median)"] == 1.0
+    assert numbers["CPU used of usable cores"] == 0.125
+    html = logged_in(owner).get(PAGE).content.decode()
+    assert 'data-finding="inference.dynamic_batching"' in html
+    assert "of request time" in html and "of step time" not in html
