@@ -10,6 +10,7 @@ JSON says which (`window_requests` of `requests_total`). Samples/s are summed fr
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.db.models import Max
@@ -30,7 +31,7 @@ def run_workload_coverage(*, run: Run, spans: list[dict[str, Any]] | None = None
     """The coverage of a stored run: its steps/requests, traces, GPU, process, host samples."""
     spans = series_span(run=run) if spans is None else spans
 
-    def samples(test: Any) -> int:
+    def samples(test: Callable[[dict[str, Any]], bool]) -> int:
         return int(sum(s["count"] or 0 for s in spans if test(s)))
 
     step_devices = {s["device"] for s in spans if s["name"] == STEP_DURATION and s["count"]}
