@@ -168,3 +168,37 @@ def test_an_unseen_runs_page_says_it_was_not_examined(
     page.screenshot(path=str(screenshot_dir / "unseen-run.png"), full_page=True)
     assert not [e for e in errors if "favicon" not in e], errors
     page.close()
+
+
+def test_a_live_run_is_laid_out_again_once_the_agent_labels_it_inference(
+    browser: Any, perfweb_server: LiveServer, screenshot_dir: Path
+) -> None:
+    run_id = uuid.uuid4().hex
+    t0 = time.time() - 30
+    _start(perfweb_server, run_id, "live-serving", t0)
+    page, errors = _logged_in_page(browser, perfweb_server)
+    page.goto(f"{perfweb_server.url}/runs/{run_id}/")
+    assert page.locator('[data-testid="workload-kind"]').inner_text() == "not seen yet"
+    assert page.locator("#requests-panel").count() == 0
+    ends = [t0 + 0.05 * (i + 1) for i in range(60)]
+    _post(perfweb_server, "batch", {
+        "run_id": run_id, "agent_id": run_id, "seq": 0, "sent_at": ends[-1], "dropped": 0,
+        "metrics": [{"device": "rank:0", "name": "step.batch_size", "t": ends, "v": [2.0] * 60}],
+        "steps": {"rank": 0, "index": list(range(60)), "t": ends, "duration": [0.04] * 60,
+                  "data_wait": [0.0] * 60},
+        "facts": {"workload.kind": "inference", "steps.source": "module"}, "devices": [],
+    })  # fmt: skip
+    page.locator("#requests-panel").wait_for(timeout=30_000)  # the page reloaded itself
+    assert page.locator('[data-testid="workload-kind"]').inner_text() == "inference"
+    page.wait_for_function(
+        "() => (document.getElementById('latency-chart').data || []).length === 3",
+        timeout=30_000,
+    )
+    rows = page.evaluate(
+        "() => JSON.parse(document.getElementById('page-config').textContent).rows.map(r => r.key)"
+    )
+    assert "steps" not in rows and "cpu" in rows, rows  # laid out for inference now
+    page.screenshot(path=str(screenshot_dir / "live-inference-run.png"), full_page=True)
+    assert not [e for e in errors if "favicon" not in e], errors
+    page.close()
+    _finish(perfweb_server, run_id, ends[-1] + 1)

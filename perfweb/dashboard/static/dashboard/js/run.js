@@ -20,6 +20,14 @@ window.PerfwebRun = (function () {
     document.getElementById("live-note").textContent = run.status === "running" ? "Updating live" : "";
   }
 
+  // The page is laid out for the run's kind (a step-time row, or the requests panel of an
+  // inference run). A run opened before the agent labelled it is laid out again, once.
+  async function labelledSince(config, run) {
+    if (config.kind || !run.steps) return false;
+    const workload = await API.getJson(config.api + "/workload");
+    return Boolean(workload.kind);
+  }
+
   function start(config) {
     F.localiseTimes(document);
     const timeline = window.PerfwebTimeline.create(config);
@@ -35,6 +43,7 @@ window.PerfwebRun = (function () {
       const run = await API.getJson(config.api);
       status = run.status;
       config.gpus = run.gpus;
+      if (await labelledSince(config, run)) { window.location.reload(); return false; }
       updateHeader(run);
       await timeline.refresh();
       return status === "running"; // one last refresh after the run ends, then stop
