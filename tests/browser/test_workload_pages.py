@@ -202,3 +202,31 @@ def test_a_live_run_is_laid_out_again_once_the_agent_labels_it_inference(
     assert not [e for e in errors if "favicon" not in e], errors
     page.close()
     _finish(perfweb_server, run_id, ends[-1] + 1)
+
+
+def test_a_live_training_run_is_labelled_in_place_without_a_reload(
+    browser: Any, perfweb_server: LiveServer
+) -> None:
+    run_id = uuid.uuid4().hex
+    t0 = time.time() - 30
+    _start(perfweb_server, run_id, "live-training", t0)
+    page, errors = _logged_in_page(browser, perfweb_server)
+    page.goto(f"{perfweb_server.url}/runs/{run_id}/")
+    page.evaluate("() => { window.sameDocument = true; }")
+    ends = [t0 + 0.5 * (i + 1) for i in range(20)]
+    _post(perfweb_server, "batch", {
+        "run_id": run_id, "agent_id": run_id, "seq": 0, "sent_at": ends[-1], "dropped": 0,
+        "metrics": [],
+        "steps": {"rank": 0, "index": list(range(20)), "t": ends, "duration": [0.5] * 20,
+                  "data_wait": [0.1] * 20},
+        "facts": {"workload.kind": "training", "steps.source": "backward"}, "devices": [],
+    })  # fmt: skip
+    page.wait_for_function(
+        "() => document.querySelector('[data-testid=workload-kind]').textContent === 'training'",
+        timeout=30_000,
+    )
+    assert page.evaluate("() => window.sameDocument === true")  # labelled in place
+    assert page.locator("#requests-panel").count() == 0
+    assert not [e for e in errors if "favicon" not in e], errors
+    page.close()
+    _finish(perfweb_server, run_id, ends[-1] + 1)

@@ -20,12 +20,16 @@ window.PerfwebRun = (function () {
     document.getElementById("live-note").textContent = run.status === "running" ? "Updating live" : "";
   }
 
-  // The page is laid out for the run's kind (a step-time row, or the requests panel of an
-  // inference run). A run opened before the agent labelled it is laid out again, once.
+  // The page is laid out for the run's kind: a run not labelled yet looks like training (a
+  // step-time row). Once the agent labels it, the header says so; an inference run is laid
+  // out again, once (its requests panel instead of the step-time row). True: reload.
   async function labelledSince(config, run) {
     if (config.kind || !run.steps) return false;
     const workload = await API.getJson(config.api + "/workload");
-    return Boolean(workload.kind);
+    if (!workload.kind) return false;
+    config.kind = workload.kind;
+    setField("workload", workload.kind);
+    return workload.kind === "inference";
   }
 
   function start(config) {
