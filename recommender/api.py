@@ -8,8 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from recommender.analysis.summary import TraceSummary, summarize
+from recommender.coverage import Coverage, evidence_coverage
 from recommender.errors import InputError
 from recommender.evidence import RunEvidence
+from recommender.inference import evidence_request_stats
 from recommender.offline import find_runs, load_run
 from recommender.rules import diagnose
 from recommender.rules.base import Finding
@@ -26,6 +28,7 @@ class Report:
     notes: list[str] = field(default_factory=list)
     run: dict[str, Any] = field(default_factory=dict)  # the agent's step timings, summarised
     missing: list[str] = field(default_factory=list)  # evidence the rules could not read
+    coverage: Coverage | None = None  # what the agent saw (None for a bare trace file)
 
     def as_json(self) -> dict[str, Any]:
         """The CLI's JSON document."""
@@ -44,17 +47,23 @@ class Report:
             "findings": [f.as_json() for f in self.findings],
             "notes": self.notes,
             "missing_evidence": self.missing,
+            "coverage": self.coverage.as_json() if self.coverage else None,
         }
 
 
-def analyze_evidence(evidence: RunEvidence, *, run_id: str | None = None) -> Report:
-    """Diagnose already-gathered evidence (what the server-side adapter calls)."""
+def analyze_evidence(
+    evidence: RunEvidence, *, run_id: str | None = None, agent_run: bool = True
+) -> Report:
+    """Diagnose already-gathered evidence (what the server-side adapter calls). An agent's
+    run (`agent_run`) also gets its coverage: what was seen, and what was not."""
+    coverage = evidence_coverage(evidence) if agent_run else None
     return Report(
         traces=evidence.traces,
         findings=diagnose(evidence),
         run_id=run_id,
-        run=_run_summary(evidence),
+        run=_run_summary(evidence, coverage=coverage),
         missing=missing_evidence(evidence),
+        coverage=coverage,
     )
 
 
@@ -91,13 +100,20 @@ def missing_evidence(evidence: RunEvidence) -> list[str]:
     return missing
 
 
-def _run_summary(evidence: RunEvidence) -> dict[str, Any]:
-    """Step count, median step and data-wait share from the agent's step timings."""
+def _run_summary(evidence: RunEvidence, *, coverage: Coverage | None) -> dict[str, Any]:
+    """Training: step count, median step and data-wait share from the agent's step timings.
+    Inference: requests, latency percentiles, throughput and peak memory."""
+    if coverage is not None and coverage.kind == "inference":
+        stats = evidence_request_stats(evidence)
+        base = {"kind": "inference", "steps_source": coverage.steps_source}
+        return {**base, **stats.as_json(windows=False)} if stats else {**base, "requests": 0}
     if not evidence.steps:
         return {}
     waits = [s for s in evidence.steady_steps() if s.data_wait_s is not None]
     total = sum(s.duration_s for s in waits)
     return {
+        "kind": "training",
+        "steps_source": coverage.steps_source if coverage else None,
         "steps": len(evidence.steps),
         "ranks": len({s.rank for s in evidence.steps}),
         "median_step_s": evidence.median_step_s(),
@@ -111,7 +127,7 @@ def analyze_path(path: str | Path) -> Report:
     if not path.exists():
         raise InputError(f"{path}: no such file or directory")
     if path.is_file():
-        return analyze_evidence(RunEvidence(traces=[summarize(load_trace(path))]))
+        return analyze_evidence(RunEvidence(traces=[summarize(load_trace(path))]), agent_run=False)
     runs = find_runs(path)
     if runs:
         run = runs[-1]
@@ -129,4 +145,4 @@ def analyze_path(path: str | Path) -> Report:
         (summarize(load_trace(f, fallback_rank=i)) for i, f in enumerate(files)),
         key=lambda t: t.rank,
     )
-    return analyze_evidence(RunEvidence(traces=traces))
+    return analyze_evidence(RunEvidence(traces=traces), agent_run=False)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from recommender.analysis.summary import TraceSummary
 from recommender.api import Report
+from recommender.coverage import OBSERVED, STEP_SOURCES
 from recommender.rules.base import Finding, counted
 
 
@@ -78,28 +81,73 @@ def _finding_lines(position: int, finding: Finding) -> list[str]:
     return lines
 
 
+def _run_lines(run: dict[str, Any]) -> list[str]:
+    if run.get("kind") == "inference":
+        if not run.get("requests"):
+            return []
+        sps = run.get("throughput_sps")
+        rps = run.get("throughput_rps")
+        lines = [
+            f"{run['requests']} requests timed by the agent on {run['ranks']} rank(s): latency "
+            f"p50 {run['latency_p50_s'] * 1e3:.1f} ms, p95 {run['latency_p95_s'] * 1e3:.1f} ms, "
+            f"p99 {run['latency_p99_s'] * 1e3:.1f} ms",
+            "  throughput "
+            + (f"{rps:.2f} requests/s" if rps is not None else "unknown")
+            + (f", {sps:.1f} samples/s" if sps is not None else " (no batch sizes reported)"),
+        ]
+        memory = [
+            f"{label} {value / 2**20:.1f} MiB"
+            for label, value in (
+                ("RSS", run.get("peak_rss_bytes")),
+                ("CUDA allocated", run.get("peak_cuda_allocated_bytes")),
+            )
+            if value is not None
+        ]
+        if memory:
+            lines.append("  peak memory: " + ", ".join(memory))
+        return lines
+    if not run.get("steps"):
+        return []
+    wait = run.get("data_wait_share")
+    waiting = f", {wait:.0%} of it waiting for data" if wait is not None else ""
+    return [
+        f"{run['steps']} steps timed by the agent on {run['ranks']} rank(s): "
+        f"median {run['median_step_s'] * 1e3:.1f} ms{waiting}"
+    ]
+
+
 def render_text(report: Report) -> str:
-    """The report as plain text: per-rank summaries, then the ranked findings."""
+    """The report as plain text: what was seen, per-rank summaries, then the ranked findings
+    (or, with none, an all-clear only when the evidence was there)."""
     lines: list[str] = []
     if report.run_id:
         lines.append(f"run {report.run_id}")
     lines += report.notes
-    if report.run:
-        run = report.run
-        wait = run.get("data_wait_share")
-        waiting = f", {wait:.0%} of it waiting for data" if wait is not None else ""
-        lines.append(
-            f"{run['steps']} steps timed by the agent on {run['ranks']} rank(s): "
-            f"median {run['median_step_s'] * 1e3:.1f} ms{waiting}"
-        )
+    coverage = report.coverage
+    if coverage is not None:
+        source = f", boundaries from {STEP_SOURCES[coverage.steps_source]}" if (
+            coverage.steps_source) else ""  # fmt: skip
+        lines.append(f"workload: {coverage.kind or 'unknown'}{source}")
+        lines.append("seen: " + (", ".join(coverage.seen) or "nothing"))
+    lines += _run_lines(report.run)
     for trace in report.traces:
         lines += _rank_lines(trace)
     lines.append("")
+    if coverage is not None and coverage.verdict != OBSERVED:
+        lines.append(coverage.statement)
+        lines.append(f"fix: {coverage.fix}")
+        if report.findings:
+            lines.append("")
     if not report.findings:
-        if report.missing:
-            lines.append("No findings, but this evidence was missing:")
+        if coverage is not None and coverage.verdict == OBSERVED:  # clean, as far as it goes
+            lines.append(coverage.no_findings_text(traces=bool(report.traces)))
+        if report.missing:  # never an all-clear for what could not be judged
+            lines.append(
+                "No findings, but this evidence was missing:" if coverage is None
+                else "Not judged, for lack of this evidence:"
+            )
             lines += [f"  - {item}" for item in report.missing]
-        else:
+        elif coverage is None:
             lines.append("No findings: nothing in the evidence points at a known bottleneck.")
     else:
         lines.append("Findings, best first:")

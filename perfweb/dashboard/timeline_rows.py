@@ -69,16 +69,29 @@ ROWS: tuple[TimelineRow, ...] = (
         "no process samples yet.",
     ),
     TimelineRow(
+        "host_cpu",
+        "Host CPU (every process on the host)",
+        "%",
+        ("host.cpu_percent",),
+        "host",
+        "no host-wide samples — this agent does not report them.",
+        max_value=100.0,
+    ),
+    TimelineRow(
         "steps",
         "Step time and data wait",
         METRICS[STEP_DURATION],
         (STEP_DURATION, STEP_DATA_WAIT),
         "steps",
-        "no training steps recorded yet — steps are timed from optimizer.step().",
+        "no steps recorded yet — the agent times them from the optimizer, backward passes, the "
+        "outermost module or the DataLoader; agent.step() marks them by hand.",
     ),
 )
+TRAINING_ONLY = ("steps",)  # an inference run's requests are charted as latency percentiles
 
 
-def timeline_rows_config() -> list[dict[str, object]]:
-    """The rows as JSON-ready dicts for the page's script."""
-    return [asdict(row) for row in ROWS]
+def timeline_rows_config(*, kind: str | None = None) -> list[dict[str, object]]:
+    """The rows as JSON-ready dicts for the page's script; an inference run (`kind`) has no
+    step-time row (its requests have their own latency and throughput charts)."""
+    rows = [row for row in ROWS if kind != "inference" or row.key not in TRAINING_ONLY]
+    return [asdict(row) for row in rows]

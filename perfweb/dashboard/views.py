@@ -19,6 +19,7 @@ from perfweb.dashboard.timeline_rows import timeline_rows_config
 from perfweb.projects.selectors import project_list_for_user
 from perfweb.runs.selectors import run_detail as run_detail_row
 from perfweb.runs.selectors import run_get_for_user, run_list_for_user
+from recommender.coverage import workload_kind
 
 RUNS_ON_PAGE = 100
 POPUP_OPENER_POLICY = "same-origin-allow-popups"
@@ -58,18 +59,21 @@ def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
     if run is None:
         raise Http404("No such run in your projects.")
     row = presenters.with_command_line(run_detail_row(run=run))
+    kind = workload_kind(facts=run.facts or {}, steps=run.step_count)
     response = render(
         request,
         "dashboard/run_detail.html",
         {
             "run": row,
+            "kind": kind,
             "panels": run_panels(run=run, user=request.user),
             "page_config": {
                 "api": f"{API_PREFIX}/runs/{run.run_id}",
                 "runId": run.run_id,
                 "status": row["status"],
                 "gpus": row["gpus"],
-                "rows": timeline_rows_config(),
+                "kind": kind,
+                "rows": timeline_rows_config(kind=kind),
             },
         },
     )

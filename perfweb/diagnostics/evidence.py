@@ -31,7 +31,7 @@ def run_evidence(*, run: Run) -> RunEvidence:
     return RunEvidence(
         facts=dict(run.facts),
         series=_series(run=run, spans=spans),
-        steps=_steps(run=run, spans=spans),
+        steps=stored_steps(run=run, spans=spans),
         traces=[summary_from_json(t.summary) for t in _analysed_traces(run=run)],
         devices=_devices(run=run),
         world_size=_world_size(run=run),
@@ -53,7 +53,9 @@ def _series(*, run: Run, spans: list[dict[str, Any]]) -> list[Series]:
     return [Series(s.device, s.name, s.t.tolist(), s.v.tolist()) for s in read if len(s.t)]
 
 
-def _steps(*, run: Run, spans: list[dict[str, Any]]) -> list[StepSample]:
+def stored_steps(*, run: Run, spans: list[dict[str, Any]]) -> list[StepSample]:
+    """The raw steps (requests) of every rank over the latest window that holds at most
+    STEP_POINTS of them per rank (`spans`: the run's series_span)."""
     step_spans = [s for s in spans if s["name"] == "step.duration"]
     if not step_spans:
         return []

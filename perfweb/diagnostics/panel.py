@@ -13,8 +13,10 @@ from perfweb.dashboard.panels import Panel
 from perfweb.diagnostics import selectors
 from perfweb.diagnostics.formatting import format_value, pct
 from perfweb.diagnostics.models import Finding, RunDiagnosis
+from perfweb.diagnostics.workload import run_workload_coverage
 from perfweb.jobs.selectors import measured_gains_for_run
 from perfweb.runs.models import Run
+from recommender.coverage import OBSERVED
 
 RISK_LABELS = {
     "data-path": "data path",
@@ -29,6 +31,8 @@ def findings_panel(*, run: Run, user: Any) -> Panel:
     """Shown for every run the user may see (the dashboard has already scoped `run`)."""
     measured = measured_gains_for_run(run=run)
     state = selectors.diagnosis_state(run=run)
+    coverage = run_workload_coverage(run=run)
+    traces = selectors.traces_json(run=run)
     return Panel(
         template="diagnostics/_findings.html",
         context={
@@ -41,7 +45,11 @@ def findings_panel(*, run: Run, user: Any) -> Panel:
                 for f in selectors.findings_for_run(run=run)
             ],
             "diagnosis": state,
-            "traces": selectors.traces_json(run=run),
+            "traces": traces,
+            "coverage": coverage,
+            "examined": coverage.verdict == OBSERVED,
+            "running": run.status == Run.RUNNING,
+            "no_findings": coverage.no_findings_text(traces=bool(traces)),
         },
     )
 

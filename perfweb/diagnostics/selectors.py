@@ -14,6 +14,7 @@ from perfweb.diagnostics import conf
 from perfweb.diagnostics.formatting import evidence_text
 from perfweb.diagnostics.models import Finding, RunDiagnosis, Trace
 from perfweb.diagnostics.summaries import summary_is_current
+from perfweb.diagnostics.workload import run_workload_coverage
 from perfweb.runs.models import Run
 
 RECENT = timedelta(days=1)  # the sweep looks at runs seen within this
@@ -77,6 +78,7 @@ def run_findings_json(*, run: Run) -> dict[str, Any]:
         "diagnosed_at": diagnosed.timestamp() if diagnosed else None,
         "findings": [finding_json(finding=f) for f in findings_for_run(run=run)],
         "traces": traces_json(run=run),
+        "coverage": run_workload_coverage(run=run).as_json(),  # what "no findings" rests on
     }
 
 

@@ -14,4 +14,5 @@ urlpatterns = [
         views.trace_download,
         name="trace-download",
     ),
+    path("api/v1/runs/<str:run_id>/workload", views.run_workload, name="run-workload"),
 ]

@@ -1,6 +1,6 @@
-"""`POST /api/v1/ingest/trace`, `GET /api/v1/runs/<run_id>/findings` and
-`GET /api/v1/runs/<run_id>/traces/<id>` (the stored file): parse, call one function, reply
-(docs/protocol.md)."""
+"""`POST /api/v1/ingest/trace`, `GET /api/v1/runs/<run_id>/findings`,
+`GET /api/v1/runs/<run_id>/traces/<id>` (the stored file) and
+`GET /api/v1/runs/<run_id>/workload`: parse, call one function, reply (docs/protocol.md)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from perfweb.api.auth import runs_required, token_required
 from perfweb.api.http import BadRequest, error_response, json_response, read_json
-from perfweb.diagnostics import conf, selectors, services
+from perfweb.diagnostics import conf, selectors, services, workload
 from perfweb.diagnostics.schemas import parse_trace_chunk
 from perfweb.diagnostics.step_bands import step_bands
 from perfweb.diagnostics.uploads import TRACE_SUFFIX, BadTrace
@@ -83,3 +83,12 @@ def run_step_bands(request: HttpRequest, run_id: str, *, runs: QuerySet[Run]) ->
     if run is None:
         return error_response("no such run", 404)
     return json_response({"run": run.run_id, "bands": step_bands(run=run)})
+
+
+@require_GET
+@runs_required
+def run_workload(request: HttpRequest, run_id: str, *, runs: QuerySet[Run]) -> HttpResponse:
+    run = run_get(runs=runs, run_id=run_id)
+    if run is None:
+        return error_response("no such run", 404)
+    return json_response(workload.run_workload_json(run=run))

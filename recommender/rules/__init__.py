@@ -11,6 +11,7 @@ from recommender.rules import (  # noqa: F401 (importing registers the rules)
     dataloader,
     distributed,
     fusion,
+    inference,
     memory,
     operator,
     system,
@@ -22,7 +23,6 @@ log = logging.getLogger(__name__)
 
 # FIXES.md ids no rule covers yet, and why (the signals we have cannot support them).
 UNSUPPORTED = {
-    "inference.dynamic_batching": "needs request-level timings; the agent reports steps only",
     "model.quantization": "needs the deployment target and an accuracy budget (no fact for it)",
     "model.pruning": "needs an accuracy budget and model-size goals (no fact for it)",
     "model.distillation": "needs the deployment's size goal (no fact for it)",

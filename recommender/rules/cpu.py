@@ -7,7 +7,7 @@ import statistics
 from recommender.evidence import RunEvidence
 from recommender.rules.base import Evidence, Finding, Fix, counted, finding, rule
 from recommender.rules.cpu_budget import CoreBudget, core_budget
-from recommender.rules.signals import usable_cores
+from recommender.rules.signals import loop_busy_share, ranks_per_host, usable_cores
 
 OVERSUBSCRIPTION_MIN = 1.0  # busy threads / usable cores above this oversubscribes
 OVERSUBSCRIPTION_COST = 0.15  # share of CPU-side time lost per 1x of oversubscription
@@ -145,5 +145,89 @@ def cpu_bound(evidence: RunEvidence) -> Finding | None:
         fix=Fix(
             text="Feed the GPU faster: more workers, less Python per step, a larger batch.",
             snippet="DataLoader(dataset, ..., num_workers=4)  # and vectorise per-sample code",
+        ),
+    )
+
+
+HOST_BUSY_PCT = 85.0  # host-wide CPU (% of all cores) at or above this counts as busy
+STARVED_SHARE = 0.6  # the job getting at most this share of the cores its threads ask
+HOST_DEVICE = "host"  # host-wide series (agent.protocol): every process on the host
+LOOP_BUSY_MIN = 0.25  # a loop inside its steps/requests less than this share of the time
+# mostly waits for work (a serving loop between requests): it asks for no cores
+
+
+def _job_cpu_cores(evidence: RunEvidence) -> float | None:
+    """Median cores the job's own processes used: main processes (every rank on this host)
+    plus their DataLoader workers (`process.cpu_percent` is % of one core)."""
+    main = evidence.process_values("process.cpu_percent")
+    if len(main) < MIN_SAMPLES:
+        return None
+    workers = [
+        v
+        for device in evidence.devices_of("process.cpu_percent")
+        if device == "workers" or device.startswith("workers:")
+        for v in evidence.values("process.cpu_percent", device)
+    ]
+    ranks = ranks_per_host(evidence)
+    cores = statistics.median(main) * ranks / 100.0
+    return cores + (statistics.median(workers) * ranks / 100.0 if workers else 0.0)
+
+
+@rule("cpu.host_contention", risk="system")
+def cpu_host_contention(evidence: RunEvidence) -> Finding | None:
+    """What: other processes on the host take the CPU cores the job needs: host-wide CPU is
+    high while the job's own processes get far less CPU than their threads ask for.
+
+    Why: the job's threads wait in the scheduler's run queue behind other work (another job,
+    a build, a data-prep service); every CPU-side step (data loading, Python overhead, kernel
+    launches) stretches, and the accelerator waits. No setting inside the script fixes it.
+
+    Fix: move the job or the other work to another host, pin them to disjoint cores
+    (`taskset`, cgroups/cpusets, the scheduler's CPU request), or ask for fewer threads and
+    DataLoader workers so the job fits the cores it really gets.
+    """
+    host = evidence.values("host.cpu_percent", HOST_DEVICE)
+    host_cores = evidence.fact("host.cpu_count")
+    job_cores = _job_cpu_cores(evidence)
+    if len(host) < MIN_SAMPLES or not isinstance(host_cores, int) or job_cores is None:
+        return None
+    busy_pct = statistics.median(host)
+    usable = usable_cores(evidence) or host_cores
+    intra = evidence.fact("threads.intra_op", usable)
+    asked = float(min(usable, intra * ranks_per_host(evidence))) if isinstance(intra, int) else 0
+    others = max(0.0, busy_pct / 100.0 * host_cores - job_cores)
+    if busy_pct < HOST_BUSY_PCT or asked <= 0 or job_cores > STARVED_SHARE * asked:
+        return None
+    if others < host_cores - asked:  # the others leave the job the cores it asks: not them
+        return None
+    busy = loop_busy_share(evidence)
+    if busy is not None and busy < LOOP_BUSY_MIN:  # the loop waits for work, not for cores
+        return None
+    got = job_cores / asked
+    return finding(
+        "cpu.host_contention",
+        title=f"Other processes hold {others:.1f} of {host_cores} cores; the job gets "
+        f"{job_cores:.1f} of the {asked:.0f} it asks for",
+        confidence=0.6,
+        gain=(1.0 - got) * 0.5,
+        basis="half of the CPU share the job's threads ask for but do not get (assumed "
+        "recoverable on an uncontended host)",
+        evidence=[
+            Evidence("host-wide CPU (median)", busy_pct, "% of all cores", "metrics (host)"),
+            Evidence("host cores", host_cores, "cores", "facts"),
+            Evidence("the job's CPU (median)", job_cores, "cores", "metrics (process)"),
+            Evidence("cores the job's threads ask for", asked, "cores", "facts"),
+            Evidence("cores taken by other processes", others, "cores", "metrics (host − job)"),
+        ]
+        + (
+            [Evidence("the loop's busy share", busy, "fraction", "metrics (steps)")]
+            if busy is not None
+            else []
+        ),
+        fix=Fix(
+            text="Run the job where it gets its cores: move it or the other work, or pin each "
+            "to its own cores.",
+            snippet=f"taskset -c 0-{max(0, int(asked) - 1)} python train.py  "
+            "# and keep other work off these cores",
         ),
     )

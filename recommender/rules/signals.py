@@ -66,3 +66,16 @@ def compute_capability(evidence: RunEvidence) -> tuple[int, int] | None:
         if trace.compute_capability:
             return trace.compute_capability
     return None
+
+
+def loop_busy_share(evidence: RunEvidence) -> float | None:
+    """Share of the wall time the loop spent inside its steps or requests (summed over ranks,
+    per rank), None without steps. Training steps are back to back (~1); a serving loop's
+    requests leave the gaps in which it waits for the next one."""
+    steps = evidence.steps
+    if not steps:
+        return None
+    start = min(s.t - s.duration_s for s in steps)
+    span = max(s.t for s in steps) - start
+    ranks = len({s.rank for s in steps})
+    return min(1.0, sum(s.duration_s for s in steps) / (span * ranks)) if span > 0 else None

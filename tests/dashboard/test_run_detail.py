@@ -70,9 +70,12 @@ def test_it_configures_the_timeline_for_this_run(
         "gpu_power",
         "gpu_temperature",
         "cpu",
+        "host_cpu",
         "rss",
         "steps",
     }
+    assert rows["host_cpu"]["metrics"] == ["host.cpu_percent"]  # other jobs' CPU, beside ours
+    assert rows["host_cpu"]["max_value"] == 100.0
 
 
 def test_its_timeline_api_serves_the_session_the_charted_series(

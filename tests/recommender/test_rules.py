@@ -206,6 +206,22 @@ POSITIVE: dict[str, Builder] = {
     "inference.compile_runtime": _with(
         _healthy, facts={"training.backward": False, "amp.autocast": False}
     ),
+    "inference.dynamic_batching": _with(
+        _healthy,
+        facts={"workload.kind": "inference"},  # _healthy's 30 steps run back to back
+        series=[
+            _series("gpu.utilization", [20.0] * 60),
+            _series("step.batch_size", [1.0] * 30, device="rank:0"),
+        ],
+    ),
+    "cpu.host_contention": _with(
+        _healthy,
+        facts={"host.cpu_count": 16},
+        series=[
+            _series("host.cpu_percent", [97.0] * 30, device="host"),
+            _series("process.cpu_percent", [150.0] * 30, device="process"),
+        ],
+    ),
 }
 
 

@@ -20,6 +20,18 @@ window.PerfwebRun = (function () {
     document.getElementById("live-note").textContent = run.status === "running" ? "Updating live" : "";
   }
 
+  // The page is laid out for the run's kind: a run not labelled yet looks like training (a
+  // step-time row). Once the agent labels it, the header says so; an inference run is laid
+  // out again, once (its requests panel instead of the step-time row). True: reload.
+  async function labelledSince(config, run) {
+    if (config.kind || !run.steps) return false;
+    const workload = await API.getJson(config.api + "/workload");
+    if (!workload.kind) return false;
+    config.kind = workload.kind;
+    setField("workload", workload.kind);
+    return workload.kind === "inference";
+  }
+
   function start(config) {
     F.localiseTimes(document);
     const timeline = window.PerfwebTimeline.create(config);
@@ -35,6 +47,7 @@ window.PerfwebRun = (function () {
       const run = await API.getJson(config.api);
       status = run.status;
       config.gpus = run.gpus;
+      if (await labelledSince(config, run)) { window.location.reload(); return false; }
       updateHeader(run);
       await timeline.refresh();
       return status === "running"; // one last refresh after the run ends, then stop

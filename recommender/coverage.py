@@ -1,0 +1,204 @@
+"""What the agent saw of a run, and what it did not: the evidence behind "no findings".
+
+A doctor that calls a patient it never examined healthy is worse than no doctor. Every
+report of a run (the run page, the read API, `python -m recommender analyze`) asks
+`run_coverage` first and says "no findings" only of a run whose evidence was there:
+
+- `not_observed`: no step or request, no profiler trace and no GPU sample. Nothing could be
+  diagnosed; the report says what was not seen, why, and the one line that fixes it.
+- `partly_observed`: GPU samples or a trace, but no step or request was timed, so every
+  step-time rule was blind.
+- `observed`: steps or requests were timed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from recommender.evidence import RunEvidence
+
+# How the agent found the step/request boundaries (fact `steps.source`), best first.
+STEP_SOURCES: dict[str, str] = {
+    "optimizer": "the primary optimizer's step",
+    "backward": "backward passes of the loss",
+    "module": "calls of the outermost nn.Module (one request or batch each)",
+    "dataloader": "DataLoader iterations",
+    "manual": "agent.step() calls",
+}
+WORKLOAD_KINDS = ("training", "inference")  # fact `workload.kind`
+NOT_OBSERVED, PARTLY_OBSERVED, OBSERVED = "not_observed", "partly_observed", "observed"
+FIX_LINE = "agent.step()"
+FIX_TEXT = (
+    "Mark each step or request yourself: `import agent` once, then call `agent.step()` at "
+    "the end of every training step or served request."
+)
+NO_TORCH_REASON = "the process never imported torch, so there was nothing the agent could time"
+UNSEEN_REASON = (
+    "no optimizer step, no backward pass, no nn.Module call, no DataLoader iteration seen"
+)
+NO_GPU_REASON = "no GPU the agent could read through NVML"
+NO_TRACE_REASON = "no profiler window was captured, as one opens only once steps are timed"
+HEADLINES = {
+    NOT_OBSERVED: "Not examined, so not healthy either: the agent saw no step or request, no "
+    "profiler trace and no GPU sample in this run.",
+    PARTLY_OBSERVED: "Only partly examined: no step or request was timed, so no rule that "
+    "reads step or request times could run.",
+}
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """Which signals of a run were seen, and what its report may honestly say."""
+
+    verdict: str  # NOT_OBSERVED | PARTLY_OBSERVED | OBSERVED
+    kind: str | None  # "training" | "inference" | None when nothing tells
+    steps_source: str | None  # a STEP_SOURCES key, or None
+    steps: int  # steps (training) or requests (inference) timed
+    ranks: int
+    traces: int
+    gpu_samples: int
+    process_samples: int
+    host_samples: int
+    seen: list[str] = field(default_factory=list)  # e.g. "42 requests", "1 profiler trace"
+    not_seen: list[str] = field(default_factory=list)  # e.g. "steps or requests", "GPU samples"
+    reason: str = ""  # why the steps were not seen ("" when they were)
+    causes: list[str] = field(default_factory=list)  # reason, and why no GPU sample or trace
+    headline: str = ""  # the statement's first sentence, for a page ("" when observed)
+    fix: str = ""  # the one line that fixes it ("" when nothing to fix)
+    statement: str = ""  # what a report says instead of "no findings" ("" when observed)
+
+    @property
+    def unit(self) -> str:
+        """What one step is called in this run: "request" (inference) or "step"."""
+        return "request" if self.kind == "inference" else "step"
+
+    def no_findings_text(self, *, traces: bool) -> str:
+        """What a report says when no rule fired: an all-clear only when the evidence was there."""
+        if self.verdict != OBSERVED:
+            return self.statement
+        what = "metrics or traces" if traces else "metrics"
+        return f"No finding: nothing in this run's {what} points at a fix worth making."
+
+    def as_json(self) -> dict[str, Any]:
+        """The read API's and the CLI's `coverage` object."""
+        return {
+            "verdict": self.verdict,
+            "kind": self.kind,
+            "steps_source": self.steps_source,
+            "steps": self.steps,
+            "ranks": self.ranks,
+            "traces": self.traces,
+            "gpu_samples": self.gpu_samples,
+            "process_samples": self.process_samples,
+            "host_samples": self.host_samples,
+            "seen": self.seen,
+            "not_seen": self.not_seen,
+            "reason": self.reason,
+            "causes": self.causes,
+            "headline": self.headline,
+            "fix": self.fix,
+            "statement": self.statement,
+        }
+
+
+def workload_kind(*, facts: Mapping[str, Any], steps: int) -> str | None:
+    """`training` or `inference` as the agent labelled the run (fact `workload.kind`); an
+    older agent only timed optimizer steps, so its steps mean training; else None."""
+    kind = facts.get("workload.kind")
+    if kind in WORKLOAD_KINDS:
+        return str(kind)
+    source = facts.get("steps.source")
+    if source in ("optimizer", "backward"):
+        return "training"
+    if source == "module":
+        return "inference"
+    return "training" if steps else None
+
+
+def run_coverage(
+    *,
+    facts: Mapping[str, Any],
+    steps: int,
+    ranks: int = 0,
+    traces: int = 0,
+    gpu_samples: int = 0,
+    process_samples: int = 0,
+    host_samples: int = 0,
+) -> Coverage:
+    """The coverage of one run from counts of what was stored (the one engine behind every
+    report's verdict). `steps` counts steps or requests over all ranks."""
+    kind = workload_kind(facts=facts, steps=steps)
+    source = facts.get("steps.source")
+    unit = "request" if kind == "inference" else "step"
+    counted = (
+        (steps, _count(steps, unit) + (f" on {_count(ranks, 'rank')}" if ranks > 1 else "")),
+        (traces, _count(traces, "profiler trace")),
+        (gpu_samples, _count(gpu_samples, "GPU sample")),
+        (process_samples, _count(process_samples, "process sample")),
+        (host_samples, _count(host_samples, "host sample")),
+    )
+    seen = [text for count, text in counted if count]
+    missing = (
+        (steps, "steps or requests"),
+        (traces, "profiler traces"),
+        (gpu_samples, "GPU samples"),
+    )
+    not_seen = [text for count, text in missing if not count]
+    verdict = OBSERVED if steps else PARTLY_OBSERVED if traces or gpu_samples else NOT_OBSERVED
+    reason = "" if steps else (UNSEEN_REASON if facts.get("torch.version") else NO_TORCH_REASON)
+    causes = [reason] if reason else []
+    causes += [] if gpu_samples else [NO_GPU_REASON]
+    causes += [] if traces else [NO_TRACE_REASON]
+    return Coverage(
+        verdict=verdict,
+        kind=kind,
+        steps_source=str(source) if source in STEP_SOURCES else None,
+        steps=steps,
+        ranks=ranks,
+        traces=traces,
+        gpu_samples=gpu_samples,
+        process_samples=process_samples,
+        host_samples=host_samples,
+        seen=seen,
+        not_seen=not_seen,
+        reason=reason,
+        causes=causes if verdict != OBSERVED else [],
+        headline=HEADLINES.get(verdict, ""),
+        fix="" if steps else FIX_LINE,
+        statement=_statement(verdict=verdict, reason=reason, seen=seen),
+    )
+
+
+def _statement(*, verdict: str, reason: str, seen: list[str]) -> str:
+    if verdict == OBSERVED:
+        return ""
+    if verdict == PARTLY_OBSERVED:
+        return (
+            f"Only partly examined: no step or request was timed ({reason}), so no rule that "
+            f"reads step or request times could run; only {', '.join(seen)} were seen. "
+            f"{FIX_TEXT}"
+        )
+    causes = "; ".join((reason, NO_GPU_REASON, NO_TRACE_REASON))
+    return f"{HEADLINES[NOT_OBSERVED][:-1]} ({causes}). {FIX_TEXT}"
+
+
+def evidence_coverage(evidence: RunEvidence) -> Coverage:
+    """The coverage of evidence already gathered (the offline CLI's input)."""
+    gpu = sum(len(s.v) for s in evidence.series if s.name.startswith("gpu."))
+    process = sum(len(s.v) for s in evidence.series if s.name.startswith("process."))
+    host = sum(len(s.v) for s in evidence.series if s.device == "host")
+    return run_coverage(
+        facts=evidence.facts,
+        steps=len(evidence.steps),
+        ranks=len({s.rank for s in evidence.steps}),
+        traces=len(evidence.traces),
+        gpu_samples=gpu,
+        process_samples=process,
+        host_samples=host,
+    )
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"

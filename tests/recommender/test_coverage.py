@@ -1,0 +1,141 @@
+"""Never a false all-clear: a run the agent could not see is reported as not examined, with
+why and the one line that fixes it; "No finding" only when the evidence was there."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from recommender.coverage import (
+    FIX_LINE,
+    NO_GPU_REASON,
+    NO_TORCH_REASON,
+    NO_TRACE_REASON,
+    NOT_OBSERVED,
+    OBSERVED,
+    PARTLY_OBSERVED,
+    UNSEEN_REASON,
+    run_coverage,
+)
+from tests.agent.conftest import ROOT, write_script
+from tests.recommender.offline_runs import inference_batch, write_agent
+
+TORCH = {"torch.version": "2.13.0"}
+
+
+def _analyze(path: Path, *fmt: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "recommender", "analyze", str(path), *fmt],
+        capture_output=True, text=True, cwd=ROOT, timeout=120,
+    )  # fmt: skip
+
+
+def test_it_calls_a_run_without_steps_trace_or_gpu_samples_not_observed() -> None:
+    coverage = run_coverage(facts=TORCH, steps=0, process_samples=40)
+    assert coverage.verdict == NOT_OBSERVED
+    assert coverage.kind is None
+    assert coverage.reason == UNSEEN_REASON
+    assert coverage.causes == [UNSEEN_REASON, NO_GPU_REASON, NO_TRACE_REASON]
+    assert coverage.headline.startswith("Not examined, so not healthy either")
+    assert "no optimizer step, no backward pass, no nn.Module call" in coverage.statement
+    assert coverage.fix == FIX_LINE == "agent.step()"
+    assert "agent.step()" in coverage.statement
+    assert coverage.not_seen == ["steps or requests", "profiler traces", "GPU samples"]
+    assert coverage.seen == ["40 process samples"]
+    assert "No finding" not in coverage.no_findings_text(traces=False)
+    assert coverage.no_findings_text(traces=False) == coverage.statement
+
+
+def test_it_says_torch_was_never_imported_when_no_torch_fact_came() -> None:
+    coverage = run_coverage(facts={}, steps=0)
+    assert coverage.verdict == NOT_OBSERVED
+    assert coverage.reason == NO_TORCH_REASON
+    assert "never imported torch" in coverage.statement
+
+
+def test_it_calls_gpu_samples_without_steps_only_partly_observed() -> None:
+    coverage = run_coverage(facts=TORCH, steps=0, gpu_samples=120)
+    assert coverage.verdict == PARTLY_OBSERVED
+    assert coverage.statement.startswith("Only partly examined")
+    assert coverage.causes == [UNSEEN_REASON, NO_TRACE_REASON]  # the GPU was seen
+    assert "120 GPU samples" in coverage.statement and "agent.step()" in coverage.statement
+    assert "No finding" not in coverage.no_findings_text(traces=False)
+
+
+def test_it_gives_the_all_clear_only_with_steps_seen() -> None:
+    coverage = run_coverage(facts={**TORCH, "steps.source": "backward"}, steps=30, ranks=2)
+    assert coverage.verdict == OBSERVED
+    assert (coverage.kind, coverage.steps_source) == ("training", "backward")
+    assert coverage.statement == coverage.fix == coverage.reason == ""
+    assert coverage.seen == ["30 steps on 2 ranks"]
+    assert coverage.no_findings_text(traces=True).startswith("No finding: nothing in this run's")
+
+
+def test_it_labels_the_run_by_what_the_agent_saw() -> None:
+    inference = run_coverage(facts={"workload.kind": "inference", "steps.source": "module"},
+                             steps=12)  # fmt: skip
+    assert (inference.kind, inference.unit, inference.seen) == (
+        "inference",
+        "request",
+        ["12 requests"],
+    )
+    legacy = run_coverage(facts={}, steps=5)  # an older agent timed optimizer steps only
+    assert legacy.kind == "training"
+    unknown = run_coverage(facts={"workload.kind": "serving", "steps.source": "magic"}, steps=0)
+    assert (unknown.kind, unknown.steps_source) == (None, None)
+
+
+SILENT = """
+import sys, time, agent
+agent.attach(offline=sys.argv[1], interval=0.05, flush_interval=0.1)
+time.sleep(0.4)
+print("done")
+"""
+
+
+def test_the_cli_reports_a_real_agent_run_it_could_not_see(tmp_path: Path) -> None:
+    out = tmp_path / "offline"
+    script = write_script(tmp_path, SILENT)
+    ran = subprocess.run([sys.executable, str(script), str(out)], cwd=ROOT, capture_output=True,
+                         text=True, timeout=60)  # fmt: skip
+    assert (ran.returncode, ran.stdout) == (0, "done\n"), ran.stderr
+    text = _analyze(out)
+    assert text.returncode == 0, text.stderr
+    assert "No finding" not in text.stdout
+    assert "Not examined, so not healthy either" in text.stdout
+    assert "never imported torch" in text.stdout
+    assert "fix: agent.step()" in text.stdout
+    report = json.loads(_analyze(out, "--format", "json").stdout)
+    assert report["findings"] == []
+    assert report["coverage"]["verdict"] == NOT_OBSERVED
+    assert report["coverage"]["steps"] == 0 and report["coverage"]["fix"] == "agent.step()"
+
+
+def test_the_cli_names_the_sources_it_watched_for_a_torch_run_without_steps(
+    tmp_path: Path,
+) -> None:
+    root = write_agent(tmp_path / "offline", start={"facts": TORCH}, batches=[
+        {"metrics": [{"device": "process", "name": "process.cpu_percent", "t": [1.0, 2.0],
+                      "v": [90.0, 95.0]}]},
+    ])  # fmt: skip
+    result = _analyze(root)
+    assert result.returncode == 0, result.stderr
+    assert "no optimizer step, no backward pass, no nn.Module call" in result.stdout
+    assert "seen: 2 process samples" in result.stdout
+    assert "No finding" not in result.stdout
+
+
+def test_the_cli_still_gives_the_all_clear_for_a_clean_observed_run(tmp_path: Path) -> None:
+    batch = inference_batch([0.01] * 50, batch_size=4)
+    batch["facts"] = {**batch["facts"], "workload.kind": "training", "steps.source": "optimizer"}
+    root = write_agent(tmp_path / "offline", start={"facts": TORCH}, batches=[batch])
+    result = _analyze(root)
+    assert result.returncode == 0, result.stderr
+    assert "workload: training, boundaries from the primary optimizer's step" in result.stdout
+    assert "50 steps timed by the agent" in result.stdout
+    assert "No finding: nothing in this run's metrics points at a fix worth making." in (
+        result.stdout
+    )
+    assert "Not examined" not in result.stdout

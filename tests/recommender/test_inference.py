@@ -1,0 +1,111 @@
+"""Inference runs: per-request latency percentiles over sliding windows, throughput in
+requests/s and samples/s, peak memory — and `python -m recommender analyze` reports them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from recommender.evidence import StepSample
+from recommender.inference import MIN_WINDOW_S, request_stats
+from tests.agent.conftest import ROOT
+from tests.recommender.offline_runs import inference_batch, write_agent
+
+
+def _requests(latencies: list[float], *, t0: float = 0.0, rank: int = 0) -> list[StepSample]:
+    out, t = [], t0
+    for i, latency in enumerate(latencies):
+        t += latency
+        out.append(StepSample(rank=rank, index=i, t=t, duration_s=latency))
+    return out
+
+
+def test_it_computes_latency_percentiles_of_every_request() -> None:
+    latencies = [0.010] * 90 + [0.050] * 9 + [0.500]  # one slow request in a hundred
+    stats = request_stats(requests=_requests(latencies))
+    assert stats is not None
+    assert stats.requests == 100
+    assert stats.latency_p50_s == pytest.approx(0.010)
+    assert stats.latency_p95_s == pytest.approx(0.050)
+    assert stats.latency_p99_s == pytest.approx(np.percentile(latencies, 99))
+    assert 0.05 < stats.latency_p99_s < 0.5
+
+
+def test_it_measures_throughput_in_requests_and_samples_per_second() -> None:
+    requests = _requests([0.02] * 100)  # 100 requests back to back: 2.0 s
+    sizes = [(r.t, 8.0) for r in requests]
+    stats = request_stats(requests=requests, batch_sizes=sizes)
+    assert stats is not None
+    assert stats.span_s == pytest.approx(2.0)
+    assert stats.throughput_rps == pytest.approx(50.0)
+    assert stats.throughput_sps == pytest.approx(400.0)
+    assert stats.samples == 800.0
+    no_sizes = request_stats(requests=requests)
+    assert no_sizes is not None and no_sizes.throughput_sps is None
+
+
+def test_its_sliding_windows_follow_a_slowdown() -> None:
+    latencies = [0.01] * 600 + [0.04] * 150  # 6 s fast, then 6 s four times slower
+    stats = request_stats(requests=_requests(latencies), batch_sizes=[])
+    assert stats is not None
+    windows = stats.windows
+    assert windows.window_s == pytest.approx(max(MIN_WINDOW_S, stats.span_s / 30))
+    assert len(windows.t) >= 20 and windows.t == sorted(windows.t)
+    assert windows.p50_s[0] == pytest.approx(0.01) and windows.p50_s[-1] == pytest.approx(0.04)
+    assert windows.rps[0] == pytest.approx(100.0, rel=0.02)
+    assert windows.rps[-1] == pytest.approx(25.0, rel=0.05)
+    assert all(p50 <= p95 <= p99 for p50, p95, p99 in
+               zip(windows.p50_s, windows.p95_s, windows.p99_s, strict=True))  # fmt: skip
+    assert sum(windows.requests) > stats.requests  # half-overlapping windows
+
+
+def test_it_has_nothing_to_say_without_requests() -> None:
+    assert request_stats(requests=[]) is None
+
+
+def test_several_ranks_serve_one_throughput() -> None:
+    both = _requests([0.1] * 10, rank=0) + _requests([0.1] * 10, rank=1)
+    stats = request_stats(requests=both)
+    assert stats is not None
+    assert (stats.requests, stats.ranks) == (20, 2)
+    assert stats.throughput_rps == pytest.approx(20.0)
+
+
+def _analyze(path: Path, *fmt: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "recommender", "analyze", str(path), *fmt],
+        capture_output=True, text=True, cwd=ROOT, timeout=120,
+    )  # fmt: skip
+
+
+def test_the_cli_reports_an_inference_run_in_json_and_text(tmp_path: Path) -> None:
+    latencies = [0.020] * 95 + [0.080] * 5
+    batch = inference_batch(latencies, batch_size=16, gap_s=0.005)
+    root = write_agent(tmp_path / "offline", start={"facts": {}}, batches=[batch])
+    result = _analyze(root, "--format", "json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    run = report["run"]
+    span = sum(latencies) + 0.005 * 99
+    assert run["kind"] == "inference" and run["steps_source"] == "module"
+    assert run["requests"] == 100
+    assert run["latency_p50_s"] == pytest.approx(0.020)
+    assert run["latency_p95_s"] == pytest.approx(np.percentile(latencies, 95))
+    assert run["latency_p99_s"] == pytest.approx(0.080)
+    assert run["throughput_rps"] == pytest.approx(100 / span)
+    assert run["throughput_sps"] == pytest.approx(1600 / span)
+    assert run["peak_rss_bytes"] == 7.5e8
+    assert report["coverage"]["verdict"] == "observed"
+    assert report["coverage"]["kind"] == "inference"
+    text = _analyze(root).stdout
+    assert "workload: inference, boundaries from calls of the outermost nn.Module" in text
+    assert "100 requests timed by the agent on 1 rank(s): latency p50 20.0 ms" in text
+    assert "p99 80.0 ms" in text
+    assert f"throughput {100 / span:.2f} requests/s, {1600 / span:.1f} samples/s" in text
+    assert "peak memory: RSS 715.3 MiB" in text
+    assert "step" not in text.split("seen:")[1].split("\n")[0]  # "100 requests", not steps
