@@ -139,6 +139,8 @@ class Agent:
                 "samples": self.sender.samples.accepted,
                 "steps": self.sender.steps.accepted,
                 "dropped": self.sender.dropped,
+                "rejected": self.sender.rejected,  # requests the server refused for good
+                "sanitized": self.sender.sanitizer.count,  # values cleaned before sending
             },
         }
 
