@@ -24,7 +24,7 @@ def _parser() -> argparse.ArgumentParser:
     attach.add_argument("--no-profile", action="store_true", help="no profiler windows")
     attach.add_argument(
         "--http-timeout", type=float, metavar="S",
-        help="seconds to wait for the server's answer (default 10; a slower server doubles "
+        help="seconds to wait for the server's answer (default 15; a slower server doubles "
         "it, up to 120; env PERF_AGENT_HTTP_TIMEOUT)",
     )
     abcli.add_attach_options(attach)

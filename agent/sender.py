@@ -53,6 +53,7 @@ class Sender:
         *,
         tick: Callable[[], None] | None = None,
         on_command: Callable[[dict[str, Any]], None] | None = None,
+        network_work: Callable[[], None] | None = None,
         post: PostFn = transport.post,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
@@ -70,6 +71,7 @@ class Sender:
         self._reported: dict[str, Any] = {}  # counter facts as last sent
         self._tick = tick
         self._on_command = on_command
+        self._network_work = network_work  # e.g. trace uploads: on this thread, not the sampler's
         self._post = post
         self._clock = clock
         self._wall = wall
@@ -309,12 +311,21 @@ class Sender:
     def _run_network(self) -> None:
         while not self._stop.is_set():
             self._deliver()
+            self._safe_network_work()
             self._maybe_heartbeat()
             self._replay()
             self._network_wake.wait(self._idle_wait())
             self._network_wake.clear()
         self._last_queued.wait(max(0.0, self._close_deadline - self._clock()))
         self._drain_at_exit()
+
+    def _safe_network_work(self) -> None:
+        if self._network_work is None or self._disabled:
+            return
+        try:
+            self._network_work()
+        except Exception as exc:  # noqa: BLE001
+            say_once("network-work", "agent background work failed (%s); it goes on", exc)
 
     def _idle_wait(self) -> float:
         wait = 1.0
@@ -387,6 +398,11 @@ class Sender:
 
     def _handle_reply(self, reply: transport.Reply, envelope: Envelope) -> bool:
         now = self._clock()
+        if reply.status == 409 and envelope.kind == layout.KIND_START:
+            # The run is there already (a start of ours stored before its answer was lost,
+            # or another launcher's): what follows belongs to it.
+            log.info("server already has this run (409 to start); sending goes on")
+            reply = transport.Reply(200, reply.body)
         if reply.ok:
             self.outbox.pop()
             self._failures = 0

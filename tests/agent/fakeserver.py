@@ -117,6 +117,7 @@ class FakeServer:
         # (path, body) -> an error to answer 400 with, or None to take the request
         self.refuse: Callable[[str, dict[str, Any]], str | None] = lambda path, body: None
         self.refused: list[tuple[str, dict[str, Any]]] = []
+        self.refuse_status = 400
         self._httpd: ThreadingHTTPServer | None = None
         self.port = 0
         self.up()
@@ -195,7 +196,7 @@ class _Handler(BaseHTTPRequestHandler):
         if refusal is not None:
             with server.store.lock:
                 server.refused.append((self.path, body))
-            return self._reply(400, {"error": refusal})
+            return self._reply(server.refuse_status, {"error": refusal})
         reply = self._store(self.path, body)
         if mode == "slow":
             began = time.monotonic()

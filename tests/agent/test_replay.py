@@ -4,6 +4,7 @@ talks to the same server with the same token: no `perf-agent upload` after an ou
 from __future__ import annotations
 
 import os
+import signal
 import time
 import uuid
 from pathlib import Path
@@ -153,3 +154,28 @@ def test_an_agent_at_exit_sends_leftovers_within_its_deadline(
     assert_sent_once(server, earlier, produced)
     assert server.store.finishes[earlier.agent_id]["final"] is True
     assert TOKEN
+
+
+def test_a_forked_child_never_keeps_its_parents_spill_folder_locked(
+    server: FakeServer, tmp_path: Path
+) -> None:
+    server.down()
+    parent, produced = make_sender(server, tmp_path, max_outbox_batches=1)
+    run_for(parent, 0.3)
+    assert parent.outbox.spilled >= 1  # its folder is locked now
+    child = os.fork()
+    if child == 0:  # a DataLoader worker: what the agent's at-fork handler does, then work
+        parent.reset_after_fork()
+        time.sleep(30)
+        os._exit(0)
+    try:
+        parent.close(finish_body(parent), 0.3)
+        server.up()
+        later, _ = make_sender(server, tmp_path)
+        run_for(later, 0.5)
+        later.close(finish_body(later), 5.0)
+        assert os.waitpid(child, os.WNOHANG) == (0, 0)  # the child still lives
+        assert_sent_once(server, parent, produced)
+    finally:
+        os.kill(child, signal.SIGKILL)
+        os.waitpid(child, 0)

@@ -138,3 +138,17 @@ def test_a_start_refused_for_good_is_sent_again_without_its_free_text(
     assert start["facts"] == {"agent.start_refused": "start: 400 name is too odd"}
     assert_exactly_once(server, producer)  # the run and all its samples are stored
     assert json.loads(json.dumps(server.store.facts()))["agent.rejected_requests"] == 1
+
+
+def test_a_409_to_start_means_the_run_is_there_and_sending_goes_on(
+    server: FakeServer, tmp_path: Path
+) -> None:
+    server.refuse = lambda path, body: "run has a launcher" if path.endswith("/start") else None
+    server.refuse_status = 409
+    sender, producer = make_sender(server, tmp_path)
+    sender.start(start_body(sender))
+    time.sleep(0.4)
+    sender.close(finish_body(sender), 3.0)
+    assert len(server.refused) == 1  # not retried, not stripped and sent again
+    assert sender.rejected == 0 and "agent.rejected_requests" not in server.store.facts()
+    assert_exactly_once(server, producer)

@@ -81,7 +81,7 @@ def test_the_http_timeout_comes_from_the_environment_and_reaches_the_children() 
     settings = load_settings(env={ENV_HTTP_TIMEOUT: "42.5"})
     assert settings.http_timeout == 42.5
     assert settings_env(settings)[ENV_HTTP_TIMEOUT] == "42.5"
-    assert load_settings(env={ENV_HTTP_TIMEOUT: "soon"}).http_timeout == 10.0
+    assert load_settings(env={ENV_HTTP_TIMEOUT: "soon"}).http_timeout == 15.0
     assert load_settings(env={}, http_timeout=3.0).http_timeout == 3.0
 
 
