@@ -22,6 +22,11 @@ def _parser() -> argparse.ArgumentParser:
     attach.add_argument("--tag", action="append", default=[], metavar="K=V", help="repeatable")
     attach.add_argument("--interval", type=float, help="seconds between samples (default 1)")
     attach.add_argument("--no-profile", action="store_true", help="no profiler windows")
+    attach.add_argument(
+        "--http-timeout", type=float, metavar="S",
+        help="seconds to wait for the server's answer (default 15; a slower server doubles "
+        "it, up to 120; env PERF_AGENT_HTTP_TIMEOUT)",
+    )
     abcli.add_attach_options(attach)
     attach.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
 
@@ -52,6 +57,7 @@ def _attach(args: argparse.Namespace) -> int:
         server=args.server, token=args.token, offline=args.offline, name=args.name,
         tags=args.tag or None, interval=args.interval,
         profile=False if args.no_profile else None,
+        http_timeout=args.http_timeout if args.http_timeout and args.http_timeout > 0 else None,
     )
     if not settings.online and not settings.offline:
         sys.stderr.write("perf-agent attach: give --server and --token, or --offline DIR\n")

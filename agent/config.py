@@ -35,6 +35,8 @@ ENV_EXIT_DEADLINE = "PERF_AGENT_EXIT_DEADLINE"
 ENV_LOG_LEVEL = "PERF_AGENT_LOG_LEVEL"
 ENV_BACKOFF_BASE = "PERF_AGENT_BACKOFF_BASE"
 ENV_BACKOFF_MAX = "PERF_AGENT_BACKOFF_MAX"
+ENV_HTTP_TIMEOUT = "PERF_AGENT_HTTP_TIMEOUT"
+DEFAULT_HTTP_TIMEOUT = 15.0
 
 
 @dataclass(frozen=True)
@@ -55,7 +57,7 @@ class Settings:
     spill_dir: str | None = None
     spill_max_bytes: int = 256 * 1024 * 1024
     heartbeat_after: float = 10.0
-    http_timeout: float = 5.0
+    http_timeout: float = DEFAULT_HTTP_TIMEOUT  # seconds; a slower server doubles it, to 120
     backoff_base: float = 0.5  # first retry after ~this many seconds, doubling per failure
     backoff_max: float = 30.0
     exit_deadline: float = 5.0  # seconds allowed to flush at exit
@@ -141,6 +143,7 @@ def load_settings(env: Mapping[str, str] | None = None, **overrides: Any) -> Set
         "exit_deadline": _env_float(env, ENV_EXIT_DEADLINE, 5.0),
         "backoff_base": _env_float(env, ENV_BACKOFF_BASE, 0.5),
         "backoff_max": _env_float(env, ENV_BACKOFF_MAX, 30.0),
+        "http_timeout": _env_float(env, ENV_HTTP_TIMEOUT, DEFAULT_HTTP_TIMEOUT),
         "launched": _env_bool(env, ENV_LAUNCHED, False),
         "profile": _env_bool(env, ENV_PROFILE, True),
         "profile_warmup_steps": int(_env_float(env, ENV_PROFILE_WARMUP, 20)),
@@ -173,6 +176,7 @@ def settings_env(settings: Settings) -> dict[str, str]:
         protocol.ENV_RUN_ID: settings.run_id,
         ENV_INTERVAL: repr(settings.interval),
         ENV_FLUSH_INTERVAL: repr(settings.flush_interval),
+        ENV_HTTP_TIMEOUT: repr(settings.http_timeout),
         ENV_LAUNCHED: "1",
         ENV_PROFILE: "1" if settings.profile else "0",
     }

@@ -53,7 +53,8 @@ class Agent:
         self.exit_code: int | None = None
         self.collecting = collect
         self.sender = Sender(
-            settings, self.agent_id, tick=self._tick, on_command=self._on_command, post=post
+            settings, self.agent_id, tick=self._tick, on_command=self._on_command,
+            network_work=self._ship_traces, post=post,
         )
         self.sender.rank = self.rank
         self.timer = StepTimer(self.sender.steps)
@@ -139,6 +140,8 @@ class Agent:
                 "samples": self.sender.samples.accepted,
                 "steps": self.sender.steps.accepted,
                 "dropped": self.sender.dropped,
+                "rejected": self.sender.rejected,  # requests the server refused for good
+                "sanitized": self.sender.sanitizer.count,  # values cleaned before sending
             },
         }
 
@@ -163,6 +166,9 @@ class Agent:
                     torch_state.dynamic_facts(torch, self.counters, self.timer.index)
                 )
         self.sender.samples.extend(samples)
+
+    def _ship_traces(self) -> None:
+        """On the network thread: uploading a trace to a slow server never delays a sample."""
         if self.profiler is not None:
             self.profiler.poll()
 

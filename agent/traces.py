@@ -86,5 +86,6 @@ def deliver(agent: Any, name: str, data: bytes) -> str:
         "server did not take a trace (%s); traces are kept in %s", reply.status or "unreachable",
         os.path.join(folder, layout.TRACES_DIR),
     )
+    sender.outbox.claim()  # locked and labelled: no other agent replays it while we live
     layout.write_atomic(trace_path(folder, name), data)
     return "kept on disk"

@@ -6,10 +6,18 @@ import gzip
 import json
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent import layout, protocol
+
 USER_AGENT = "perf-agent/0.1"
+PATHS = {  # where each kind of envelope is posted
+    layout.KIND_START: protocol.START_PATH,
+    layout.KIND_BATCH: protocol.BATCH_PATH,
+    layout.KIND_FINISH: protocol.FINISH_PATH,
+}
 
 
 @dataclass
@@ -20,6 +28,7 @@ class Reply:
     body: dict[str, Any] = field(default_factory=dict)
     retry_after: float | None = None
     error: str = ""
+    timed_out: bool = False  # no answer within the timeout (the server may still store it)
 
     @property
     def ok(self) -> bool:
@@ -32,12 +41,30 @@ class Reply:
         return self.status in (0, 408, 429) or self.status >= 500
 
     @property
+    def refused_token(self) -> bool:
+        """401/403: the token is wrong, nothing this agent sends will be taken."""
+        return self.status in (401, 403)
+
+    @property
+    def permanent(self) -> bool:
+        """A 4xx other than the token's: this one message is refused for good."""
+        return not self.ok and not self.transient and not self.refused_token
+
+    @property
     def commands(self) -> list[dict[str, Any]]:
         """The commands the server attached to its reply (only well-formed ones)."""
         commands = self.body.get("commands") if isinstance(self.body, dict) else None
         if not isinstance(commands, list):
             return []
         return [c for c in commands if isinstance(c, dict) and isinstance(c.get("type"), str)]
+
+
+PostFn = Callable[[str, str, "str | None", bytes, float], Reply]
+
+
+def _timed_out(exc: BaseException) -> bool:
+    reason = getattr(exc, "reason", exc)  # URLError wraps the socket's error
+    return isinstance(reason, TimeoutError) or "timed out" in str(reason)
 
 
 def encode(body: dict[str, Any]) -> bytes:
@@ -79,7 +106,7 @@ def post(server: str, path: str, token: str | None, gz_body: bytes, timeout: flo
         retry = _retry_after(exc.headers.get("Retry-After") if exc.headers else None)
         return Reply(exc.code, body, retry, str(body.get("error") or exc.reason))
     except Exception as exc:  # noqa: BLE001 - unreachable, timeout, reset: all transient
-        return Reply(0, {}, None, f"{type(exc).__name__}: {exc}")
+        return Reply(0, {}, None, f"{type(exc).__name__}: {exc}", timed_out=_timed_out(exc))
 
 
 def get(server: str, path: str, token: str | None, timeout: float) -> Reply:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from agent import layout, protocol, traces, transport
-from agent.sender import PATHS, PostFn
+from agent.transport import PATHS, PostFn
 
 
 @dataclass
@@ -59,7 +59,12 @@ def _is_final(path: str) -> bool:
 
 def plan(root: str) -> list[str]:
     """Every file to send, in order."""
-    folders = find_agent_dirs(root)
+    return plan_folders(find_agent_dirs(root))
+
+
+def plan_folders(folders: list[str]) -> list[str]:
+    """Every file of these agent folders to send, in order (launchers' starts first)."""
+    folders = sorted(folders)
     folders.sort(key=lambda f: (_role(f) != protocol.ROLE_LAUNCHER, f))
     starts: list[str] = []
     batches: list[str] = []
@@ -92,7 +97,7 @@ def _send(
     return reply
 
 
-def _traces(folder: str) -> list[str]:
+def trace_files(folder: str) -> list[str]:
     traces_dir = os.path.join(folder, layout.TRACES_DIR)
     try:
         names = sorted(os.listdir(traces_dir))
@@ -110,7 +115,7 @@ def _upload_traces(
             ids = layout.read_json(start)
         except (OSError, ValueError):
             continue
-        for path in _traces(folder):
+        for path in trace_files(folder):
             with open(path, "rb") as handle:
                 data = handle.read()
             name = os.path.basename(path)[: -len(traces.TRACE_SUFFIX)]

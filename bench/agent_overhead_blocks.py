@@ -63,10 +63,12 @@ BLOCKS = textwrap.dedent(
         return time.perf_counter() - t0
 
     def agent_cpu_s():
-        tid = a.sender._thread.native_id
-        with open(f"/proc/self/task/{tid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        total = 0
+        for thread in a.sender.threads:  # the sampler and the network thread
+            with open(f"/proc/self/task/{thread.native_id}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+        return total / os.sysconf("SC_CLK_TCK")
 
     for _ in range(100):  # warm-up: allocator, optimizer state, caches
         step()

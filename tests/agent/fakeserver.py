@@ -1,8 +1,9 @@
 """A loopback ingest server for the agent's tests (stdlib http.server in a thread).
 
 It plays healthy, down (socket closed: connection refused), slow, 500s and 429 with
-Retry-After, and stores what it accepts the way the real server does: a batch is identified
-by (run_id, agent_id, seq) and stored once, a repeat answers `"duplicate": true`.
+Retry-After, refuses chosen requests for good (400, `refuse`), and stores what it accepts
+the way the real server does: a batch is identified by (run_id, agent_id, seq) and stored
+once, a repeat answers `"duplicate": true`.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import json
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -35,6 +37,7 @@ class Store:
         self.arrival: list[tuple[str, int]] = []  # (agent_id, seq) in order stored
         self.statuses: Counter[int] = Counter()
         self.request_times: list[tuple[float, int]] = []  # (time, status)
+        self.slow_windows: list[tuple[float, float]] = []  # when slow answers were held back
 
     def samples(self, agent_id: str | None = None) -> int:
         """Metric samples stored (optionally for one agent)."""
@@ -111,6 +114,10 @@ class FakeServer:
         self.commands: list[dict[str, Any]] = []
         self.has_trace_endpoint = True
         self.features = [protocol.FEATURE_PACKED_ARRAYS]  # what start's reply lists
+        # (path, body) -> an error to answer 400 with, or None to take the request
+        self.refuse: Callable[[str, dict[str, Any]], str | None] = lambda path, body: None
+        self.refused: list[tuple[str, dict[str, Any]]] = []
+        self.refuse_status = 400
         self._httpd: ThreadingHTTPServer | None = None
         self.port = 0
         self.up()
@@ -185,9 +192,17 @@ class _Handler(BaseHTTPRequestHandler):
         if self.headers.get("Content-Encoding") == "gzip":
             raw = gzip.decompress(raw)
         body = json.loads(raw)
+        refusal = server.refuse(self.path, body)
+        if refusal is not None:
+            with server.store.lock:
+                server.refused.append((self.path, body))
+            return self._reply(server.refuse_status, {"error": refusal})
         reply = self._store(self.path, body)
         if mode == "slow":
+            began = time.monotonic()
             time.sleep(server.slow_s)  # stored, but the client may have given up: a retry
+            with server.store.lock:
+                server.store.slow_windows.append((began, time.monotonic()))
         self._reply(200, reply)
 
     def _store(self, path: str, body: dict[str, Any]) -> dict[str, Any]:

@@ -28,7 +28,9 @@ class Producer:
             self.produced += 1
 
 
-def make_sender(server: FakeServer, tmp_path: Path, **overrides: object) -> tuple[Sender, Producer]:
+def make_sender(
+    server: FakeServer, tmp_path: Path, agent_id: str = "a" * 32, **overrides: object
+) -> tuple[Sender, Producer]:
     options: dict[str, object] = dict(
         server=server.url, token=TOKEN, interval=0.02, flush_interval=0.05,
         spill_dir=str(tmp_path / "spill"), http_timeout=0.5, heartbeat_after=0.3,
@@ -37,7 +39,7 @@ def make_sender(server: FakeServer, tmp_path: Path, **overrides: object) -> tupl
     options.update(overrides)
     settings = load_settings(env={}, **options)
     producer = Producer()
-    sender = Sender(settings, "a" * 32)
+    sender = Sender(settings, agent_id)
     sender._tick = lambda: producer(sender)
     return sender, producer
 
