@@ -63,6 +63,7 @@ def job_state(*, job: Job) -> dict[str, Any]:
         "finding_id": job.finding_id,
         "knobs": job.knobs,
         "host": job.host,
+        "runner_id": job.runner_id,  # who claimed it: the runner's word is its arms
         "progress": {"done": len(arms), "total": total, "fraction": len(arms) / total},
         "arms": arms,
         "result": job.result,

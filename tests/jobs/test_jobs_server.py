@@ -259,6 +259,7 @@ def test_an_inconclusive_job_that_stopped_early_says_it_ran_out_of_time(
         "stopped at the time bound after 6 of 20 rounds, interval too wide"
     )
     assert job["progress"] == {"done": 12, "total": 12, "fraction": 1.0}
+    assert job["runner_id"] == "r1"
 
 
 def test_cancel_is_seen_by_the_runner(owner: Any, run: Any, token: str) -> None:
