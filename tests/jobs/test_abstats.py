@@ -122,3 +122,20 @@ def test_the_result_has_the_documented_json_fields() -> None:
     fields = compare(_rounds(0.2, 0.1)).to_dict()
     for name in ("baseline_step_s", "candidate_step_s", "speedup", "ci_low", "ci_high", "verdict"):
         assert name in fields
+
+
+def test_long_arms_resampled_by_their_normal_limit_agree_with_exact_resampling(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from agent import abstats
+
+    rng = random.Random(2)
+    bursty = lambda n: [rng.choice([0.001, 0.001, 0.001, 0.03]) for _ in range(n)]  # noqa: E731
+    rounds = [Round(baseline=bursty(200), candidate=bursty(200)) for _ in range(4)]
+    fast = compare(rounds)
+    monkeypatch.setattr(abstats, "EXACT_RESAMPLE_STEPS", 10**9)
+    exact = compare(rounds)
+    width = exact.ci_high - exact.ci_low
+    assert abs(fast.ci_low - exact.ci_low) < 0.1 * width
+    assert abs(fast.ci_high - exact.ci_high) < 0.1 * width
+    assert fast.speedup == exact.speedup and fast.verdict == exact.verdict
