@@ -39,6 +39,7 @@ def run_jobs(request: HttpRequest, run_id: str) -> HttpResponse:
             job = services.job_create(
                 user=request.user, run=run, knobs=knobs, finding_id=finding_id,
                 rounds=_size(request, "rounds", 5), steps=_size(request, "steps", 20),
+                max_rounds=_size(request, "max_rounds", services.MAX_ROUNDS),
             )  # fmt: skip
         except (services.JobError, KnobError, ValueError) as error:
             messages.error(request, str(error))
