@@ -159,3 +159,53 @@ def test_the_migration_forgets_reply_bodies_stored_before(project: Any) -> None:
     channel.refresh_from_db()
     kept.refresh_from_db()
     assert channel.last_error == "HTTP 500" and kept.last_error == "connection refused"
+
+
+def test_an_https_receiver_gets_a_verified_tls_connection_to_the_checked_address(
+    tmp_path: Any, owner: Any, project: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ssl
+    import subprocess
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+         "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    got: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802
+            got.append(self.path)
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"https://127.0.0.1:{server.server_address[1]}/hook"
+        channel = services.channel_create(
+            project=project, kind="webhook", name="tls", config={"url": url}
+        )
+        delivery_id = services.channel_send_test(channel=channel, user=owner, enqueue=None)
+        assert delivery_send(delivery_id=delivery_id) == "permanent"  # self-signed: refused
+        assert DeliveryAttempt.objects.get().detail == "TLS certificate verification failed"
+        assert got == []
+        monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # now the receiver's CA is trusted
+        delivery_id = services.channel_send_test(channel=channel, user=owner, enqueue=None)
+        assert delivery_send(delivery_id=delivery_id) == "ok"
+        assert got == ["/hook"]
+        assert DeliveryAttempt.objects.filter(outcome="ok").get().detail == "HTTP 204"
+    finally:
+        server.shutdown()
+        server.server_close()
