@@ -175,6 +175,7 @@ class Runner:
     def serve(self, *, once: bool = False) -> int:
         """Poll and run jobs until stopped (or after one job with `once`)."""
         self.say(f"taking jobs for host {self.host} from {self.server}")
+        refused = ""
         while not self.stopping.is_set():
             try:
                 status, reply = self.client.post(
@@ -187,6 +188,9 @@ class Runner:
             if status == 401:
                 self.say("the server refused the token")
                 return 2
+            if status == 403 and reply.get("error") != refused:
+                refused = str(reply.get("error") or "the server refused the claim")
+                self.say(f"{refused}; retrying")  # once: no agent has recorded this host yet
             job = reply.get("job") if status == 200 else None
             if job:
                 self.handle(job)

@@ -130,3 +130,29 @@ def test_perf_agent_ab_text_says_the_verdict_and_why_it_stopped() -> None:
     lines = abcli.format_text(result, plan).splitlines()
     assert "verdict    inconclusive \u2014 more rounds needed" in lines
     assert f"stopped    {result.stop_reason}" in lines
+
+
+def test_the_runner_says_once_why_the_server_refuses_its_claims() -> None:
+    import io
+
+    from agent.runner import Runner
+
+    out = io.StringIO()
+    runner = Runner(SERVER, TOKEN, host=HOST, poll_s=0.0, out=out)
+    replies = iter(
+        [(403, {"error": f"no agent of this project recorded a run on host {HOST!r}"})] * 3
+    )
+
+    def post(path: str, body: dict) -> tuple[int, dict]:
+        try:
+            return next(replies)
+        except StopIteration:
+            runner.stopping.set()
+            return 200, {"job": None}
+
+    runner.client.post = post  # type: ignore[method-assign]
+    assert runner.serve() == 0
+    lines = out.getvalue().splitlines()
+    assert lines[1:] == [
+        f"[perf-agent runner] no agent of this project recorded a run on host {HOST!r}; retrying"
+    ]
