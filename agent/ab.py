@@ -5,6 +5,9 @@ attach --offline` into a fresh temporary folder with `PERF_AGENT_MAX_STEPS = war
 the candidate also gets `PERF_AGENT_KNOBS`. The per-step durations come back from the agent's
 offline batches (docs/protocol.md), the first `warmup` steps are discarded, and
 `agent.abstats.compare` turns the rounds into medians, speedup, a bootstrap CI and a verdict.
+While the verdict is inconclusive (an interval too wide to decide), the engine adds rounds,
+up to `max_rounds` and while the next round still fits in `time_budget_s`; the comparison
+says why it stopped.
 
 Every workload runs in its own process group, watched by a tiny guard process that kills the
 group the moment its parent (this process) goes away, even by SIGKILL: no orphans.
@@ -15,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import gzip
 import json
+import math
 import os
 import shutil
 import signal
@@ -29,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import IO
 
 from agent import abprobe, knobs
-from agent.abstats import Comparison, Round, compare
+from agent.abstats import Comparison, Round, compare, paired_round, stop_of, stop_sentence
 from agent.knobs import KnobValue
 
 BASELINE = "baseline"
@@ -77,6 +81,8 @@ class AbPlan:
     cwd: str | None = None
     arm_timeout_s: float = 600.0
     env: Mapping[str, str] | None = None
+    max_rounds: int = 0  # rounds to add while inconclusive; 0: exactly `rounds`
+    time_budget_s: float = 3600.0  # no extra round starts that would end past this
 
     def __post_init__(self) -> None:
         if not self.command:
@@ -86,6 +92,11 @@ class AbPlan:
             raise AbError("at least one --knob is needed for the candidate")
         if not (1 <= self.rounds <= 50 and 3 <= self.steps <= 10_000 and self.warmup >= 0):
             raise AbError("rounds must be 1..50, steps 3..10000 and warmup >= 0")
+        self.max_rounds = self.max_rounds or self.rounds
+        if not self.rounds <= self.max_rounds <= 50:
+            raise AbError("max rounds must be at least rounds and at most 50")
+        if not self.time_budget_s > 0:
+            raise AbError("the time budget must be positive")
 
 
 @dataclass
@@ -107,6 +118,8 @@ class Arm:
             "step_s": steps,
             "median_s": statistics.median(steps) if steps else None,
             "mean_s": statistics.fmean(steps) if steps else None,
+            # per step, warm-up included (the server pairs the window); JSON has no NaN
+            "loss": [x if math.isfinite(x) else None for x in self.loss],
             "loss_visible": bool(self.loss),
             "wall_s": self.wall_s,
         }
@@ -127,36 +140,63 @@ def run_ab(
     on_arm: Callable[[Arm], None] | None = None,
     cancelled: threading.Event | None = None,
     launcher: Sequence[str] | None = None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> Comparison:
-    """Measure `plan`: interleaved rounds, then the comparison. Raises AbError on failure."""
+    """Measure `plan`: interleaved rounds, then the comparison. Raises AbError on failure.
+
+    After `plan.rounds` rounds, another round runs while the verdict is inconclusive, the
+    round limit is not reached and the next round (as long as the slowest so far) still ends
+    within `plan.time_budget_s` of the start.
+    """
     prefix = list(launcher or default_launcher())
     rounds: list[Round] = []
-    for number in range(1, plan.rounds + 1):
-        measured = {}
-        # ABBA: odd rounds run the baseline first, even rounds the candidate, so a position
-        # effect (what ran just before, a periodic neighbour) falls on both arms alike.
-        order = (BASELINE, CANDIDATE) if number % 2 else (CANDIDATE, BASELINE)
-        for arm in order:
-            result = run_arm(
-                plan, arm=arm, round_number=number, launcher=prefix, cancelled=cancelled
-            )
-            measured[arm] = result
-            if on_arm is not None:
-                on_arm(result)
-        rounds.append(_paired_round(measured[BASELINE], measured[CANDIDATE], plan.warmup))
-    return compare(rounds)
+    started, slowest = clock(), 0.0
+    while True:
+        round_started = clock()
+        rounds.append(
+            _measure_round(plan, len(rounds) + 1, on_arm=on_arm, cancelled=cancelled,
+                           launcher=prefix)
+        )  # fmt: skip
+        slowest = max(slowest, clock() - round_started)
+        if len(rounds) < plan.rounds:
+            continue
+        result = compare(rounds)
+        out_of_time = clock() - started + slowest > plan.time_budget_s
+        stopped = stop_of(
+            verdict=result.verdict, rounds=len(rounds), max_rounds=plan.max_rounds,
+            out_of_time=out_of_time,
+        )  # fmt: skip
+        if stopped is not None:
+            result.stopped = stopped
+            result.stop_reason = stop_sentence(
+                stopped=stopped, verdict=result.verdict, rounds=len(rounds),
+                max_rounds=plan.max_rounds,
+            )  # fmt: skip
+            return result
 
 
-def _paired_round(baseline: Arm, candidate: Arm, warmup: int) -> Round:
-    # Compare the loss over the same step window of both arms.
-    length = min(len(baseline.loss), len(candidate.loss))
-    start = min(warmup, length)
-    return Round(
-        baseline=baseline.step_s,
-        candidate=candidate.step_s,
-        baseline_loss=baseline.loss[start:length],
-        candidate_loss=candidate.loss[start:length],
-    )
+def _measure_round(
+    plan: AbPlan,
+    number: int,
+    *,
+    on_arm: Callable[[Arm], None] | None,
+    cancelled: threading.Event | None,
+    launcher: list[str],
+) -> Round:
+    measured = {}
+    # ABBA: odd rounds run the baseline first, even rounds the candidate, so a position
+    # effect (what ran just before, a periodic neighbour) falls on both arms alike.
+    order = (BASELINE, CANDIDATE) if number % 2 else (CANDIDATE, BASELINE)
+    for arm in order:
+        result = run_arm(plan, arm=arm, round_number=number, launcher=launcher, cancelled=cancelled)
+        measured[arm] = result
+        if on_arm is not None:
+            on_arm(result)
+    baseline, candidate = measured[BASELINE], measured[CANDIDATE]
+    return paired_round(
+        baseline_step_s=baseline.step_s, candidate_step_s=candidate.step_s,
+        baseline_loss=baseline.loss, candidate_loss=candidate.loss, warmup=plan.warmup,
+    )  # fmt: skip
 
 
 def arm_env(plan: AbPlan, *, arm: str, loss_file: str) -> dict[str, str]:

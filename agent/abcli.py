@@ -15,7 +15,7 @@ from typing import Any
 
 from agent import knobs, ledger
 from agent.ab import AbError, AbPlan, Arm, run_ab
-from agent.abstats import Comparison
+from agent.abstats import VERDICT_LABELS, Comparison
 from agent.knobs import KnobError
 
 
@@ -26,6 +26,19 @@ def register(sub: Any) -> None:
     ab.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
     ab.add_argument("--steps", type=int, default=20, help="measured steps per arm (default 20)")
     ab.add_argument("--warmup", type=int, default=3, help="discarded steps per arm (default 3)")
+    ab.add_argument(
+        "--max-rounds",
+        type=int,
+        default=20,
+        help="add rounds while the verdict is inconclusive, up to this many (20)",
+    )
+    ab.add_argument(
+        "--time-budget",
+        type=float,
+        default=1800.0,
+        metavar="SECONDS",
+        help="start no extra round that would end past this (default 1800)",
+    )
     ab.add_argument("--format", choices=("text", "json"), default="text")
     ab.add_argument("--quiet", action="store_true", help="no per-round lines on stderr")
     ab.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
@@ -74,6 +87,7 @@ def ab_main(args: argparse.Namespace) -> int:
         plan = AbPlan(
             command=command, knobs=knobs.parse_knobs(args.knob), rounds=args.rounds,
             steps=args.steps, warmup=args.warmup,
+            max_rounds=max(args.rounds, args.max_rounds), time_budget_s=args.time_budget,
         )  # fmt: skip
     except (KnobError, AbError) as error:
         sys.stderr.write(f"perf-agent ab: {error}\n")
@@ -117,7 +131,8 @@ def format_text(result: Comparison, plan: AbPlan) -> str:
             f"{result.candidate_median_s:.4f})",
             f"speedup    {result.speedup:.2f}x "
             f"(95% CI {result.ci_low:.2f}x - {result.ci_high:.2f}x)",
-            f"verdict    {result.verdict}",
+            f"verdict    {VERDICT_LABELS.get(result.verdict, result.verdict)}",
+            f"stopped    {result.stop_reason}",
             f"loss       {loss}",
         ]
     )

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -24,6 +25,9 @@ ENV_MAX_STEPS = "PERF_AGENT_MAX_STEPS"
 KnobValue = int | bool | str
 
 _TRUE = frozenset({"true", "1", "yes", "on"})
+# Whole numbers are ASCII digits only: Python's int() also takes "4_0" (40) and other
+# scripts' digits ("٤"), which a reviewer of a job's settings would not read as what runs.
+_WHOLE_NUMBER = re.compile(r"[+-]?[0-9]+")
 _FALSE = frozenset({"false", "0", "no", "off"})
 
 
@@ -57,13 +61,20 @@ class Knob:
                 return text
             allowed = " or ".join(self.choices)
             raise KnobError(f'knob {self.name}: "{raw}" is not allowed (use {allowed})')
-        try:
-            number = int(text, 10)
-        except ValueError:
-            raise KnobError(f'knob {self.name}: "{raw}" is not a whole number') from None
+        number = whole_number(text)
+        if number is None:
+            raise KnobError(f'knob {self.name}: "{raw}" is not a whole number')
         if not self.minimum <= number <= self.maximum:
             raise KnobError(f"knob {self.name}: {number} is outside {self.minimum}..{self.maximum}")
         return number
+
+
+def whole_number(text: str) -> int | None:
+    """`text` as an int when it is an optional sign and ASCII digits only, else None."""
+    stripped = text.strip()
+    if _WHOLE_NUMBER.fullmatch(stripped) is None:
+        return None
+    return int(stripped, 10)
 
 
 def _int(name: str, finding_id: str, description: str, lo: int, hi: int) -> Knob:
@@ -199,9 +210,10 @@ def max_steps_from_env(environ: Mapping[str, str] | None = None) -> int | None:
     raw = env.get(ENV_MAX_STEPS, "").strip()
     if not raw:
         return None
-    if not raw.isdigit() or int(raw) < 1:
+    number = whole_number(raw)
+    if number is None or number < 1:
         raise KnobError(f'{ENV_MAX_STEPS}="{raw}" is not a positive whole number')
-    return int(raw)
+    return number
 
 
 def check_env(environ: Mapping[str, str] | None = None) -> None:

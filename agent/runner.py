@@ -52,6 +52,21 @@ class JobSpec:
     rounds: int
     steps: int
     warmup: int
+    max_rounds: int = 0  # 0: exactly `rounds`
+    time_budget_s: float = 1800.0
+
+
+def _adaptive_sizes(job: dict[str, Any], rounds: int) -> tuple[int, float]:
+    """The job's round limit and time budget (an older server sends neither: no extra round)."""
+    max_rounds = job.get("max_rounds", rounds)
+    if isinstance(max_rounds, bool) or not isinstance(max_rounds, int):
+        raise Refused("max_rounds must be a whole number")
+    if not rounds <= max_rounds <= LIMITS["rounds"][1]:
+        raise Refused(f"max_rounds must be in {rounds}..{LIMITS['rounds'][1]}")
+    budget = job.get("time_budget_s", 1800.0)
+    if isinstance(budget, bool) or not isinstance(budget, int | float) or not 0 < budget <= 86400:
+        raise Refused("time_budget_s must be a number of seconds in (0, 86400]")
+    return max_rounds, float(budget)
 
 
 def validate_job(
@@ -80,7 +95,10 @@ def validate_job(
         if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
             raise Refused(f"{name} must be a whole number in {low}..{high}")
         sizes[name] = value
+    max_rounds, budget = _adaptive_sizes(job, sizes["rounds"])
     return JobSpec(
+        max_rounds=max_rounds,
+        time_budget_s=budget,
         job_id=int(job["id"]),
         claim_token=str(job.get("claim_token") or ""),
         run_id=run_id,
@@ -157,6 +175,7 @@ class Runner:
     def serve(self, *, once: bool = False) -> int:
         """Poll and run jobs until stopped (or after one job with `once`)."""
         self.say(f"taking jobs for host {self.host} from {self.server}")
+        refused = ""
         while not self.stopping.is_set():
             try:
                 status, reply = self.client.post(
@@ -169,6 +188,9 @@ class Runner:
             if status == 401:
                 self.say("the server refused the token")
                 return 2
+            if status == 403 and reply.get("error") != refused:
+                refused = str(reply.get("error") or "the server refused the claim")
+                self.say(f"{refused}; retrying")  # once: no agent has recorded this host yet
             job = reply.get("job") if status == 200 else None
             if job:
                 self.handle(job)
@@ -206,6 +228,7 @@ class Runner:
             plan = AbPlan(
                 command=spec.command, knobs=spec.knobs, rounds=spec.rounds,
                 steps=spec.steps, warmup=spec.warmup, cwd=spec.cwd,
+                max_rounds=spec.max_rounds, time_budget_s=spec.time_budget_s,
             )  # fmt: skip
             result = run_ab(
                 plan,
@@ -225,10 +248,12 @@ class Runner:
             return
         finally:
             done.set()
+        # The server recomputes the result from the arms it stored; this copy is for its log.
         self._post(f"{base}/result", {"claim_token": claim, "result": result.to_dict()})
         self.say(
             f"job {job_id}: speedup {result.speedup:.2f}x "
-            f"(95% CI {result.ci_low:.2f}-{result.ci_high:.2f}), {result.verdict}"
+            f"(95% CI {result.ci_low:.2f}-{result.ci_high:.2f}), {result.verdict}; "
+            f"{result.stop_reason}"
         )
 
     def _progress(self, base: str, claim: str, arm: Arm | None) -> None:

@@ -13,6 +13,8 @@ PERFWEB_SWEEP_INTERVAL    seconds between beat's lost-run sweeps (30)
 PERFWEB_COMPACT_INTERVAL  seconds between beat's chunk compactions (60)
 EMAIL_HOST, EMAIL_PORT, EMAIL_HOST_USER, EMAIL_HOST_PASSWORD, EMAIL_USE_TLS, EMAIL_USE_SSL,
 DEFAULT_FROM_EMAIL  the SMTP server for alert e-mails (default localhost:25, no auth)
+PERFWEB_LOGIN_FAILURE_LIMIT  wrong passwords (one username, one address) before a lock-out (5)
+PERFWEB_LOGIN_COOLOFF        seconds a lock-out lasts (900); see perfweb/dashboard/login_throttle.py
 Apps read their own: PERFWEB_ALERT_* and PERFWEB_BASE_URL (perfweb/alerts/conf.py),
 PERFWEB_TRACE_*, PERFWEB_DIAGNOSE_* (perfweb/diagnostics/conf.py), PERFWEB_JOB_CLAIM_TTL.
 """
@@ -20,6 +22,7 @@ PERFWEB_TRACE_*, PERFWEB_DIAGNOSE_* (perfweb/diagnostics/conf.py), PERFWEB_JOB_C
 from __future__ import annotations
 
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
@@ -66,6 +69,7 @@ INSTALLED_APPS = [
     "perfweb.jobs",
     "perfweb.diagnostics",
     "perfweb.fleet",
+    "axes",  # login throttling (perfweb/dashboard/login_throttle.py); replaces nothing
 ]
 
 MIDDLEWARE = [
@@ -77,6 +81,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "axes.middleware.AxesMiddleware",  # turns a locked-out login into a 429
 ]
 
 ROOT_URLCONF = "perfweb.urls"
@@ -106,6 +111,15 @@ DATABASES = {
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS: list[dict[str, str]] = []
+AUTHENTICATION_BACKENDS = [
+    "perfweb.dashboard.login_throttle.LoginThrottleBackend",  # first: refuses when locked out
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env_int("PERFWEB_LOGIN_FAILURE_LIMIT", default=5, minimum=1)
+AXES_COOLOFF_TIME = timedelta(seconds=env_seconds("PERFWEB_LOGIN_COOLOFF", default=900.0))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True  # a successful login clears the failures of that pair
+AXES_VERBOSE = False
 LOGIN_URL = "/login/"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/login/"

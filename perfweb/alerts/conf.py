@@ -7,6 +7,8 @@ PERFWEB_ALERT_CLAIM_SECONDS  how long a delivery claim holds before a sweep may 
 PERFWEB_BASE_URL             absolute address of the dashboard for links in messages
                              (default http://127.0.0.1:8000)
 PERFWEB_ALERT_FROM_EMAIL     sender of alert emails (DEFAULT_FROM_EMAIL when unset)
+PERFWEB_ALERT_ALLOWED_NETWORKS  non-public networks / host names webhooks may reach (empty);
+                             read by perfweb/alerts/channels/addresses.py
 """
 
 from __future__ import annotations

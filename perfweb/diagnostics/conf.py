@@ -45,6 +45,17 @@ def diagnose_interval_s() -> float:
     return env_seconds("PERFWEB_DIAGNOSE_INTERVAL", default=60.0)
 
 
+def diagnose_claim_ttl_s() -> float:
+    """How long a diagnosis claim lives without renewal (PERFWEB_DIAGNOSE_CLAIM_TTL, 60 s).
+
+    The worker renews it every third of that while it diagnoses, so a killed worker's claim
+    runs out within this time and the beat sweep gives the run to another worker."""
+    configured = getattr(settings, "PERFWEB_DIAGNOSE_CLAIM_TTL", None)
+    if configured is not None:
+        return float(configured)
+    return env_seconds("PERFWEB_DIAGNOSE_CLAIM_TTL", default=60.0)
+
+
 def diagnose_window_s() -> float:
     configured = getattr(settings, "PERFWEB_DIAGNOSE_WINDOW", None)
     if configured is not None:

@@ -18,6 +18,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from perfweb.diagnostics import conf, uploads
+from perfweb.diagnostics.claims import claim_kept
 from perfweb.diagnostics.comparison import regression_for
 from perfweb.diagnostics.evidence import run_evidence
 from perfweb.diagnostics.models import Finding, RunDiagnosis, Trace
@@ -36,9 +37,12 @@ from recommender.trace.loader import load_trace
 
 log = logging.getLogger(__name__)
 
-# Above diagnose_run_task's hard time limit: a claim outlives any live diagnosis, and one
-# whose worker was killed runs out by itself.
-CLAIM_TTL = timedelta(seconds=2000)
+
+def claim_ttl() -> timedelta:
+    """A diagnosis claim's life without renewal; a live diagnosis renews it (see
+    `claims.claim_kept`), so a killed worker's claim runs out within this, not within the task's
+    time limit."""
+    return timedelta(seconds=conf.diagnose_claim_ttl_s())
 
 
 class TraceTooLarge(Exception):
@@ -131,14 +135,14 @@ def trace_analyse(*, trace: Trace) -> Trace:
 
 
 def diagnosis_claim(*, run: Run) -> RunDiagnosis | None:
-    """The run's diagnosis row, claimed until CLAIM_TTL from now; None if another worker
+    """The run's diagnosis row, claimed until claim_ttl() from now; None if another worker
     holds an unexpired claim."""
     now = timezone.now()
     state, _ = RunDiagnosis.objects.get_or_create(run=run)
     claimed = (
         RunDiagnosis.objects.filter(id=state.id)
         .exclude(claimed_until__gt=now)
-        .update(claimed_until=now + CLAIM_TTL, started_at=now)
+        .update(claimed_until=now + claim_ttl(), started_at=now)
     )
     if claimed != 1:
         return None
@@ -154,10 +158,11 @@ def diagnose_run(*, run: Run) -> list[Finding] | None:
         return None
     seen_at = Run.objects.values_list("last_seen_at", flat=True).get(id=run.id)
     try:
-        for trace in Trace.objects.filter(run=run, analysis_error=""):
-            trace_analyse(trace=trace)
-        report = analyze_evidence(run_evidence(run=run), run_id=run.run_id)
-        findings = findings_store(run=run, findings=_with_cross_run(run, report.findings))
+        with claim_kept(state=state, ttl=claim_ttl):
+            for trace in Trace.objects.filter(run=run, analysis_error=""):
+                trace_analyse(trace=trace)
+            report = analyze_evidence(run_evidence(run=run), run_id=run.run_id)
+            findings = findings_store(run=run, findings=_with_cross_run(run, report.findings))
     except Exception as error:
         RunDiagnosis.objects.filter(id=state.id).update(claimed_until=None, error=str(error)[:500])
         raise

@@ -57,10 +57,13 @@ def _text(body: dict[str, Any], name: str, limit: int = 255) -> str:
 
 @runner_view
 def claim(body: dict[str, Any], *, project: Project) -> HttpResponse:
-    job = services.job_claim(
+    claimed = services.job_claim(
         project=project, host=_text(body, "host"), runner_id=_text(body, "runner_id", 64)
     )
-    return json_response({"ok": True, "job": job_for_runner(job=job) if job else None})
+    if claimed is None:
+        return json_response({"ok": True, "job": None})
+    job, secret = claimed
+    return json_response({"ok": True, "job": job_for_runner(job=job, claim_secret=secret)})
 
 
 @runner_view
@@ -74,10 +77,9 @@ def progress(body: dict[str, Any], *, project: Project, job: Job) -> HttpRespons
 
 @runner_view
 def result(body: dict[str, Any], *, project: Project, job: Job) -> HttpResponse:
-    done = services.job_finish(
-        job=job, claim_token=_text(body, "claim_token"), result=body.get("result")
-    )
-    return json_response({"ok": True, "status": done.status})
+    # The body's "result" is the runner's own view; the server recomputes it from the arms.
+    done = services.job_finish(job=job, claim_token=_text(body, "claim_token"))
+    return json_response({"ok": True, "status": done.status, "verdict": done.verdict})
 
 
 @runner_view

@@ -10,6 +10,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
+from agent.abstats import VERDICT_LABELS
 from perfweb.projects.models import Project
 from perfweb.runs.models import Run
 
@@ -30,19 +31,22 @@ class Job(models.Model):
         max_length=100, blank=True
     )  # FIXES.md id, e.g. dataloader.num_workers
     knobs = models.JSONField()  # {"num_workers": 4}, validated against the closed list
-    rounds = models.PositiveSmallIntegerField(default=5)
+    rounds = models.PositiveSmallIntegerField(default=5)  # at least this many rounds
+    max_rounds = models.PositiveSmallIntegerField(default=20)  # more while inconclusive
+    time_budget_s = models.PositiveIntegerField(default=1800)  # no extra round past this
     steps = models.PositiveIntegerField(default=20)
     warmup = models.PositiveIntegerField(default=3)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
     )
     status = models.CharField(max_length=10, choices=STATUSES, default=QUEUED)
-    claim_token = models.CharField(max_length=64, blank=True)
+    claim_token = models.CharField(max_length=64, blank=True)  # sha256 of the claim secret
     runner_id = models.CharField(max_length=64, blank=True)
     claimed_at = models.DateTimeField(null=True, blank=True)
     claim_expires_at = models.DateTimeField(null=True, blank=True)
-    result = models.JSONField(null=True, blank=True)  # the A/B comparison, as the runner sent it
+    result = models.JSONField(null=True, blank=True)  # the A/B comparison, computed here
     verdict = models.CharField(max_length=32, blank=True)
+    stop_reason = models.CharField(max_length=200, blank=True)
     speedup = models.FloatField(null=True, blank=True)
     ci_low = models.FloatField(null=True, blank=True)
     ci_high = models.FloatField(null=True, blank=True)
@@ -59,6 +63,11 @@ class Job(models.Model):
     def __str__(self) -> str:
         return f"job {self.id} ({self.finding_id or 'knobs'} on {self.run_id})"
 
+    @property
+    def verdict_label(self) -> str:
+        """The verdict as pages print it ("inconclusive — more rounds needed")."""
+        return VERDICT_LABELS.get(self.verdict, self.verdict)
+
 
 class JobArm(models.Model):
     """One measured arm of one round, streamed by the runner as it finishes."""
@@ -69,6 +78,7 @@ class JobArm(models.Model):
     median_s = models.FloatField()
     mean_s = models.FloatField(null=True, blank=True)  # what the speedup compares
     step_s = models.JSONField(default=list)
+    loss = models.JSONField(default=list)  # per step, warm-up included; [] when not visible
     received_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -82,12 +92,13 @@ class FixVerification(models.Model):
 
     VERIFIED = "verified"
     REFUTED = "refuted"
-    STATUSES = [(VERIFIED, VERIFIED), (REFUTED, REFUTED)]
+    INCONCLUSIVE = "inconclusive"  # measured, but too wide to decide: the estimate stands
+    STATUSES = [(s, s) for s in (VERIFIED, REFUTED, INCONCLUSIVE)]
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="fix_verifications")
     finding_id = models.CharField(max_length=100)
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="+")
-    status = models.CharField(max_length=10, choices=STATUSES)
+    status = models.CharField(max_length=12, choices=STATUSES)
     measured_gain = models.FloatField()  # fraction of step time recovered (1 - 1/speedup)
     speedup = models.FloatField()
     ci_low = models.FloatField()

@@ -29,11 +29,12 @@ def job_list_for_run(*, run: Run, limit: int = 20) -> list[Job]:
     return list(run.jobs.order_by("-created_at", "-id")[:limit])
 
 
-def job_for_runner(*, job: Job) -> dict[str, Any]:
-    """What a runner gets when it claims a job: the run's recorded command, never another."""
+def job_for_runner(*, job: Job, claim_secret: str) -> dict[str, Any]:
+    """What a runner gets when it claims a job: the run's recorded command, never another,
+    and the claim secret (given once; the server keeps only its hash)."""
     return {
         "id": job.id,
-        "claim_token": job.claim_token,
+        "claim_token": claim_secret,
         "run_id": job.run.run_id,
         "host": job.host,
         "command": job.run.command,
@@ -41,6 +42,8 @@ def job_for_runner(*, job: Job) -> dict[str, Any]:
         "knobs": job.knobs,
         "finding_id": job.finding_id,
         "rounds": job.rounds,
+        "max_rounds": job.max_rounds,
+        "time_budget_s": job.time_budget_s,
         "steps": job.steps,
         "warmup": job.warmup,
         "claim_ttl_s": claim_ttl().total_seconds(),  # post progress well within this
@@ -50,7 +53,8 @@ def job_for_runner(*, job: Job) -> dict[str, Any]:
 def job_state(*, job: Job) -> dict[str, Any]:
     """The job page's poll: status, progress and the rounds measured so far."""
     arms = list(job.arms.order_by("round", "arm").values("round", "arm", "median_s", "mean_s"))
-    total = 2 * job.rounds
+    seen = max((arm["round"] for arm in arms), default=0)
+    total = 2 * max(job.rounds, seen)  # more rounds while the verdict is inconclusive
     return {
         "id": job.id,
         "status": job.status,
@@ -59,10 +63,14 @@ def job_state(*, job: Job) -> dict[str, Any]:
         "finding_id": job.finding_id,
         "knobs": job.knobs,
         "host": job.host,
+        "runner_id": job.runner_id,  # who claimed it: the runner's word is its arms
         "progress": {"done": len(arms), "total": total, "fraction": len(arms) / total},
         "arms": arms,
         "result": job.result,
         "verdict": job.verdict,
+        "verdict_label": job.verdict_label,
+        "stop_reason": job.stop_reason,
+        "max_rounds": job.max_rounds,
         "speedup": job.speedup,
         "ci_low": job.ci_low,
         "ci_high": job.ci_high,
@@ -79,7 +87,8 @@ def measured_gains_for_run(*, run: Run) -> dict[str, dict[str, Any]]:
     """For the ranking: finding id -> {status, measured_gain, speedup, ci_low, ci_high, job_id}.
 
     A verified fix ranks by `measured_gain` (fraction of step time recovered, 1 - 1/speedup)
-    instead of its estimate; a refuted one ("refuted") has nothing measurable to recover.
+    instead of its estimate; a refuted one ("refuted") has nothing measurable to recover; an
+    inconclusive one keeps its estimate (shown with the measurement, not ranked by it).
     """
     return {
         finding_id: {
@@ -97,10 +106,12 @@ def measured_gains_for_run(*, run: Run) -> dict[str, dict[str, Any]]:
 
 def verified_gains_for_run(*, run: Run) -> dict[str, float]:
     """`recommender.evidence.Evidence.verified_gains` for this run: finding id -> the gain
-    to rank by (the measured gain when verified, 0 when refuted)."""
+    to rank by (the measured gain when verified, 0 when refuted). An inconclusive
+    measurement is left out: the finding keeps its estimate."""
     return {
         finding_id: max(0.0, v.measured_gain) if v.status == FixVerification.VERIFIED else 0.0
         for finding_id, v in fix_verifications_for_run(run=run).items()
+        if v.status != FixVerification.INCONCLUSIVE
     }
 
 

@@ -1,16 +1,22 @@
 """Writes for optimisation jobs: create, claim, progress, finish, fail, cancel, expire, verify.
 
 The database decides: a claim is a conditional UPDATE of a queued row, and every runner call
-carries the claim token it got, so a runner whose claim expired (or a job cancelled meanwhile)
-cannot write a result. Knob settings are checked against the closed list of agent/knobs.py
-here and again on the runner.
+carries the claim secret it got (only its sha256 is stored), so only the runner that claimed
+a job can write to it, and a runner whose claim expired (or a job cancelled meanwhile) cannot
+write a result. Claims are only for a host that an agent of the project recorded. The
+result is never taken from the runner: speed-up, interval and verdict are recomputed here
+from the stored per-round arms with the A/B engine's own function (agent/abstats.py).
+Knob settings are checked against the closed list of agent/knobs.py here and again on the
+runner. docs/security.md has the threat model.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import secrets
+import statistics
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
@@ -20,7 +26,16 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from agent.abstats import FASTER, NO_DIFFERENCE, SLOWER
+from agent.abstats import (
+    FASTER,
+    INCONCLUSIVE,
+    VERDICT_LABELS,
+    Comparison,
+    compare,
+    paired_round,
+    stop_of,
+    stop_sentence,
+)
 from agent.knobs import FINDING_KNOBS, KnobError, validate_knobs
 from perfweb.jobs.models import FixVerification, Job, JobArm
 from perfweb.jobs.signals import fix_verification_changed
@@ -28,8 +43,8 @@ from perfweb.projects.models import Membership, Project
 from perfweb.runs.models import Run
 
 SIZE_LIMITS = {"rounds": (1, 20), "steps": (3, 1000), "warmup": (0, 100)}
-VERDICTS = (FASTER, SLOWER, NO_DIFFERENCE)
-RESULT_NUMBERS = ("baseline_step_s", "candidate_step_s", "speedup", "ci_low", "ci_high")
+MAX_ROUNDS = 20  # rounds a job may add while its verdict is inconclusive
+TIME_BUDGET_S = 1800  # the runner starts no extra round that would end past this
 
 
 class JobError(Exception):
@@ -72,6 +87,7 @@ def job_create(
     rounds: int = 5,
     steps: int = 20,
     warmup: int = 3,
+    max_rounds: int = MAX_ROUNDS,
 ) -> Job:
     """Queue a job for the run's host; only a member of the run's project may."""
     if not _is_member(user=user, project=run.project):
@@ -90,16 +106,30 @@ def job_create(
     for name, (low, high) in SIZE_LIMITS.items():
         if not low <= int(sizes[name]) <= high:
             raise JobError(f"{name} must be in {low}..{high}")
+    if not int(rounds) <= max_rounds <= MAX_ROUNDS:
+        raise JobError(f"max_rounds must be in {rounds}..{MAX_ROUNDS}")
     return Job.objects.create(
         project=run.project, run=run, host=run.host, finding_id=finding_id,
-        knobs=settings_checked, created_by=user, **sizes,
+        knobs=settings_checked, created_by=user, max_rounds=max_rounds,
+        time_budget_s=TIME_BUDGET_S, **sizes,
     )  # fmt: skip
+
+
+def claim_digest(secret: str) -> str:
+    """What is stored of a claim secret: its sha256 (a database dump cannot post results)."""
+    return hashlib.sha256(secret.encode()).hexdigest()
 
 
 def job_claim(
     *, project: Project, host: str, runner_id: str, now: datetime | None = None
-) -> Job | None:
-    """Claim the oldest queued job of this project for `host` (conditional UPDATE)."""
+) -> tuple[Job, str] | None:
+    """Claim the oldest queued job of this project for `host` (conditional UPDATE).
+
+    Returns the job and its claim secret, which is handed out here once and stored hashed.
+    A host on which no agent of the project recorded a run gets NotAllowed.
+    """
+    if not Run.objects.filter(project=project, host=host).exists():
+        raise NotAllowed(f"no agent of this project recorded a run on host {host!r}")
     now = now or timezone.now()
     jobs_expire_claims(now=now)
     for _ in range(5):
@@ -111,23 +141,27 @@ def job_claim(
         )
         if candidate is None:
             return None
+        secret = secrets.token_urlsafe(32)
         claimed = Job.objects.filter(id=candidate, status=Job.QUEUED).update(
-            status=Job.RUNNING, claim_token=secrets.token_hex(16), runner_id=runner_id[:64],
+            status=Job.RUNNING, claim_token=claim_digest(secret), runner_id=runner_id[:64],
             claimed_at=now, claim_expires_at=now + claim_ttl(),
         )  # fmt: skip
         if claimed == 1:
-            return Job.objects.select_related("run").get(id=candidate)
+            return Job.objects.select_related("run").get(id=candidate), secret
     return None
 
 
-def _check_claim(*, job: Job, claim_token: str) -> None:
-    if not claim_token or not secrets.compare_digest(job.claim_token or "", claim_token):
+def _check_claim(*, job: Job, claim_token: str) -> str:
+    """The stored digest of the caller's claim secret; StaleClaim unless it is the job's."""
+    digest = claim_digest(claim_token) if claim_token else ""
+    if not digest or not secrets.compare_digest(job.claim_token or "", digest):
         raise StaleClaim("this runner does not hold the job's claim")
+    return digest
 
 
 def job_progress(*, job: Job, claim_token: str, arm: Mapping[str, Any] | None) -> bool:
     """Store a measured arm (if any) and extend the claim. Returns True if cancelled."""
-    _check_claim(job=job, claim_token=claim_token)
+    digest = _check_claim(job=job, claim_token=claim_token)
     if job.status == Job.CANCELLED:
         return True
     if job.status != Job.RUNNING:
@@ -135,7 +169,7 @@ def job_progress(*, job: Job, claim_token: str, arm: Mapping[str, Any] | None) -
     if arm is not None:
         _store_arm(job=job, arm=arm)
     now = timezone.now()
-    extended = Job.objects.filter(id=job.id, status=Job.RUNNING, claim_token=claim_token).update(
+    extended = Job.objects.filter(id=job.id, status=Job.RUNNING, claim_token=digest).update(
         claim_expires_at=now + claim_ttl()
     )
     return extended == 0 and Job.objects.filter(id=job.id, status=Job.CANCELLED).exists()
@@ -147,48 +181,88 @@ def _finite(value: Any, name: str) -> float:
     return float(value)
 
 
+def _numbers(arm: Mapping[str, Any], name: str, *, allow_none: bool = False) -> list[float]:
+    values = arm.get(name)
+    if values is None and allow_none:
+        return []
+    if not isinstance(values, list) or len(values) > 10_000:
+        raise JobError(f"arm.{name} must be a list of at most 10000 numbers")
+    if allow_none:  # a loss may be missing or not finite at a step (a diverging run)
+        return [math.nan if v is None else _finite(v, f"arm.{name}[{i}]") for i, v in
+                enumerate(values)]  # fmt: skip
+    return [_finite(value, f"arm.{name}[{i}]") for i, value in enumerate(values)]
+
+
 def _store_arm(*, job: Job, arm: Mapping[str, Any]) -> None:
     number, which = arm.get("round"), arm.get("arm")
-    if not isinstance(number, int) or not 1 <= number <= job.rounds:
-        raise JobError(f"arm.round must be a whole number in 1..{job.rounds}")
+    if isinstance(number, bool) or not isinstance(number, int):
+        number = None
+    if number is None or not 1 <= number <= job.max_rounds:
+        raise JobError(f"arm.round must be a whole number in 1..{job.max_rounds}")
     if which not in ("baseline", "candidate"):
         raise JobError("arm.arm must be baseline or candidate")
-    steps = arm.get("step_s")
-    if not isinstance(steps, list) or len(steps) > 10_000:
-        raise JobError("arm.step_s must be a list of at most 10000 numbers")
-    step_s = [_finite(value, f"arm.step_s[{i}]") for i, value in enumerate(steps)]
-    median = _finite(arm.get("median_s"), "arm.median_s")
-    mean = _finite(arm["mean_s"], "arm.mean_s") if arm.get("mean_s") is not None else None
+    step_s = _numbers(arm, "step_s")
+    if len(step_s) < 3 or min(step_s) <= 0:
+        raise JobError("arm.step_s must hold at least 3 positive step times")
+    loss = [None if math.isnan(x) else x for x in _numbers(arm, "loss", allow_none=True)]
     try:
         with transaction.atomic():
             JobArm.objects.create(
-                job=job, round=number, arm=which, median_s=median, mean_s=mean, step_s=step_s
-            )
+                job=job, round=number, arm=which, median_s=statistics.median(step_s),
+                mean_s=statistics.fmean(step_s), step_s=step_s, loss=loss,
+            )  # fmt: skip
     except IntegrityError:
         pass  # the same arm posted twice (a retry): stored once
 
 
-def _check_result(result: Any) -> dict[str, Any]:
-    if not isinstance(result, dict):
-        raise JobError("result must be an object")
-    for name in RESULT_NUMBERS:
-        if _finite(result.get(name), f"result.{name}") <= 0:
-            raise JobError(f"result.{name} must be positive")
-    if result.get("verdict") not in VERDICTS:
-        raise JobError(f"result.verdict must be one of {', '.join(VERDICTS)}")
-    _finite(result.get("measured_gain"), "result.measured_gain")
-    return result
+def job_comparison(*, job: Job) -> Comparison:
+    """The A/B comparison of the job's stored arms, by the engine's own functions: the
+    server never takes a speed-up, interval or verdict from the runner."""
+    arms: dict[int, dict[str, JobArm]] = {}
+    for arm in JobArm.objects.filter(job=job).order_by("round"):
+        arms.setdefault(arm.round, {})[arm.arm] = arm
+    complete = [pair for _, pair in sorted(arms.items()) if len(pair) == 2]
+    if len(complete) < job.rounds:
+        raise JobError(f"the job has {len(complete)} complete rounds of the {job.rounds} it needs")
+
+    def losses(arm: JobArm) -> list[float]:
+        return [math.nan if v is None else float(v) for v in arm.loss or []]
+
+    rounds = [
+        paired_round(
+            baseline_step_s=pair["baseline"].step_s,
+            candidate_step_s=pair["candidate"].step_s,
+            baseline_loss=losses(pair["baseline"]),
+            candidate_loss=losses(pair["candidate"]),
+            warmup=job.warmup,
+        )  # fmt: skip
+        for pair in complete
+    ]
+    comparison = compare(rounds)
+    # A runner stops early only at its time bound; a decided verdict or the limit says so.
+    stopped = stop_of(
+        verdict=comparison.verdict, rounds=len(rounds), max_rounds=job.max_rounds,
+        out_of_time=True,
+    ) or ""  # fmt: skip
+    comparison.stopped = stopped
+    comparison.stop_reason = stop_sentence(
+        stopped=stopped, verdict=comparison.verdict, rounds=len(rounds), max_rounds=job.max_rounds
+    )
+    return comparison
 
 
-def job_finish(*, job: Job, claim_token: str, result: Any) -> Job:
-    """Store the runner's result; the verification follows in a task on commit."""
-    _check_claim(job=job, claim_token=claim_token)
-    checked = _check_result(result)
+def job_finish(*, job: Job, claim_token: str) -> Job:
+    """Close the job with the comparison of its stored arms (whatever numbers the runner
+    posted are ignored); the verification follows in a task on commit."""
+    digest = _check_claim(job=job, claim_token=claim_token)
+    if job.status != Job.RUNNING:
+        raise StaleClaim(f"the job is {job.status}")
+    comparison = job_comparison(job=job)
     with transaction.atomic():
-        done = Job.objects.filter(id=job.id, status=Job.RUNNING, claim_token=claim_token).update(
-            status=Job.SUCCEEDED, result=checked, verdict=checked["verdict"],
-            speedup=checked["speedup"], ci_low=checked["ci_low"], ci_high=checked["ci_high"],
-            finished_at=timezone.now(),
+        done = Job.objects.filter(id=job.id, status=Job.RUNNING, claim_token=digest).update(
+            status=Job.SUCCEEDED, result=comparison.to_dict(), verdict=comparison.verdict,
+            speedup=comparison.speedup, ci_low=comparison.ci_low, ci_high=comparison.ci_high,
+            stop_reason=comparison.stop_reason[:200], finished_at=timezone.now(),
         )  # fmt: skip
         if done != 1:
             raise StaleClaim("the job is no longer running")
@@ -201,8 +275,8 @@ def job_finish(*, job: Job, claim_token: str, result: Any) -> Job:
 
 def job_fail(*, job: Job, claim_token: str, reason: str) -> Job:
     """The runner could not (or would not) run the job: failed, with its reason."""
-    _check_claim(job=job, claim_token=claim_token)
-    Job.objects.filter(id=job.id, status=Job.RUNNING, claim_token=claim_token).update(
+    digest = _check_claim(job=job, claim_token=claim_token)
+    Job.objects.filter(id=job.id, status=Job.RUNNING, claim_token=digest).update(
         status=Job.FAILED, error=str(reason)[:500] or "failed", finished_at=timezone.now()
     )
     job.refresh_from_db()
@@ -259,6 +333,8 @@ def fix_verification_update(*, job: Job) -> FixVerification | None:
         status, reason = FixVerification.VERIFIED, "measured faster"
     elif result["verdict"] == FASTER:
         status, reason = FixVerification.REFUTED, "faster, but the loss moved beyond tolerance"
+    elif result["verdict"] == INCONCLUSIVE:  # the ranking keeps the finding's estimate
+        status, reason = FixVerification.INCONCLUSIVE, VERDICT_LABELS[INCONCLUSIVE]
     else:
         status, reason = FixVerification.REFUTED, result["verdict"]
     verification, _ = FixVerification.objects.update_or_create(

@@ -12,7 +12,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from agent.knobs import KNOBS, KnobError, parse_knobs
+from agent.knobs import KNOBS, KnobError, parse_knobs, whole_number
 from perfweb.api.http import json_response
 from perfweb.dashboard import assets
 from perfweb.jobs import selectors, services
@@ -38,8 +38,8 @@ def run_jobs(request: HttpRequest, run_id: str) -> HttpResponse:
                 knobs = parse_knobs(knob_text)
             job = services.job_create(
                 user=request.user, run=run, knobs=knobs, finding_id=finding_id,
-                rounds=int(request.POST.get("rounds") or 5),
-                steps=int(request.POST.get("steps") or 20),
+                rounds=_size(request, "rounds", 5), steps=_size(request, "steps", 20),
+                max_rounds=_size(request, "max_rounds", services.MAX_ROUNDS),
             )  # fmt: skip
         except (services.JobError, KnobError, ValueError) as error:
             messages.error(request, str(error))
@@ -90,3 +90,14 @@ def job_cancel(request: HttpRequest, job_id: int) -> HttpResponse:
     except services.JobError as error:
         messages.error(request, str(error))
     return redirect(reverse("jobs:job", args=[job.id]))
+
+
+def _size(request: HttpRequest, name: str, default: int) -> int:
+    """A job size from the form: ASCII digits only (int() would take "4_0" and "٤")."""
+    raw = request.POST.get(name, "").strip()
+    if not raw:
+        return default
+    number = whole_number(raw)
+    if number is None:
+        raise services.JobError(f"{name} must be a whole number")
+    return number

@@ -66,6 +66,12 @@ def samples_add(
     series_append(run=run, samples=[Samples(device=device, name=name, t=t, v=v[: len(t)])])
 
 
+@pytest.fixture(autouse=True)
+def loopback_receivers_allowed(settings: Any) -> None:
+    """The test receivers listen on 127.0.0.1, which a real server refuses by default."""
+    settings.PERFWEB_ALERT_ALLOWED_NETWORKS = "127.0.0.1/32"
+
+
 @pytest.fixture
 def receiver() -> Iterator[Receiver]:
     with Receiver() as r:

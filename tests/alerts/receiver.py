@@ -1,6 +1,7 @@
 """A loopback webhook receiver (stdlib http.server in a thread) that records what it gets.
 
-`status` sets the answer (200 by default, or a list answered in turn); `hold` makes the
+`status` sets the answer (200 by default, or a list answered in turn), `body_out` its body;
+`hold` makes the
 first request wait until `release()`; a request counts as acknowledged only when the sender
 was still there to read the answer (a sender killed mid-request is not acknowledged).
 """
@@ -32,6 +33,7 @@ class Receiver:
     headers_out: dict[str, str] = field(default_factory=dict)
     hold_first: bool = False
     delay_s: float = 0.0
+    body_out: bytes = b"ok"
     got: list[Received] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -108,9 +110,9 @@ class Receiver:
                     self.send_response(status)
                     for name, value in receiver.headers_out.items():
                         self.send_header(name, value)
-                    self.send_header("Content-Length", "2")
+                    self.send_header("Content-Length", str(len(receiver.body_out)))
                     self.end_headers()
-                    self.wfile.write(b"ok")
+                    self.wfile.write(receiver.body_out)
                     self.wfile.flush()
                 except OSError:
                     return

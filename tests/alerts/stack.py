@@ -84,6 +84,7 @@ class Stack:
             "PERFWEB_ALERT_INTERVAL": str(interval_s),
             "PERFWEB_ALERT_CLAIM_SECONDS": str(claim_s),
             "PERFWEB_BASE_URL": self.url,
+            "PERFWEB_ALERT_ALLOWED_NETWORKS": "127.0.0.1/32",  # the loopback receivers
             "PERFWEB_TEST_QUEUE": self.queue,
             "PYTHONPATH": str(ROOT),
             "PYTHONUNBUFFERED": "1",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from django.test import Client
 
 from perfweb.diagnostics.formatting import evidence_text, format_value, pct
 from perfweb.diagnostics.models import Finding
@@ -42,6 +43,40 @@ def test_a_verification_re_ranks_the_run_once_it_commits(
     assert len(callbacks) == 1
     top = Finding.objects.get(run=run, rank=1)
     assert (top.rule_id, top.measured_gain, top.score) == ("dataloader.num_workers", 0.7, 0.7)
+
+
+def test_an_inconclusive_measurement_leaves_the_estimate_in_the_ranking(
+    agent: Agent, owner: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    input_bound_run(agent)
+    run = Run.objects.get()
+    diagnose_run_task(run.id)
+    before = Finding.objects.get(run=run, rule_id="dataloader.num_workers")
+    job = Job.objects.create(
+        project=run.project, run=run, host=run.host, created_by=owner,
+        knobs={"num_workers": 4}, finding_id="dataloader.num_workers",
+    )  # fmt: skip
+    verification = FixVerification.objects.create(
+        run=run, finding_id="dataloader.num_workers", job=job, status="inconclusive",
+        measured_gain=-0.05, speedup=0.95, ci_low=0.34, ci_high=1.93,
+        reason="inconclusive \u2014 more rounds needed",
+    )  # fmt: skip
+    with django_capture_on_commit_callbacks(execute=True):
+        fix_verification_changed.send(
+            sender=FixVerification, run=run, finding_id="dataloader.num_workers",
+            verification=verification,
+        )  # fmt: skip
+    after = Finding.objects.get(run=run, rule_id="dataloader.num_workers")
+    assert after.measured_gain is None
+    assert (after.estimated_gain, after.score, after.rank) == (
+        before.estimated_gain, before.score, before.rank,
+    )  # fmt: skip
+    assert after.score > 0
+    client = Client()
+    client.force_login(owner)
+    page = client.get(f"/runs/{run.run_id}/").content.decode()
+    assert "badge-inconclusive" in page and "inconclusive \u2014 more rounds needed" in page
+    assert "refuted" not in page
 
 
 def test_it_gives_alerts_the_top_finding_in_words(agent: Agent) -> None:

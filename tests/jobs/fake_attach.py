@@ -3,7 +3,9 @@
 It honours what the A/B engine hands a round (PERF_AGENT_MAX_STEPS, PERF_AGENT_KNOBS,
 PERF_AGENT_AB_LOSS_FILE) and writes step batches in the documented offline layout, so the
 engine can be tested without the real agent. The step time is FAKE_STEP_S, divided by
-FAKE_SPEEDUP when the candidate's knobs are set. FAKE_EXIT makes it fail; FAKE_HANG hangs.
+FAKE_SPEEDUP when the candidate's knobs are set, with 5% random noise; FAKE_BURSTY makes
+the steps alternate between a quarter and 1.75 times that (the same in both arms: a fix
+that does nothing, measured on a noisy loop). FAKE_EXIT makes it fail; FAKE_HANG hangs.
 """
 
 from __future__ import annotations
@@ -35,7 +37,10 @@ def main() -> int:
         step_s /= float(os.environ.get("FAKE_SPEEDUP", "1"))
     folder = os.path.join(offline, uuid.uuid4().hex, uuid.uuid4().hex)
     os.makedirs(folder)
-    durations = [step_s * random.uniform(0.95, 1.05) for _ in range(steps)]
+    if os.environ.get("FAKE_BURSTY"):
+        durations = [step_s * (0.25 if i % 2 else 1.75) for i in range(steps)]
+    else:
+        durations = [step_s * random.uniform(0.95, 1.05) for _ in range(steps)]
     body = {
         "steps": {
             "rank": 0,

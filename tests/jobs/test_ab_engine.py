@@ -11,11 +11,12 @@ from pathlib import Path
 import pytest
 
 from agent.ab import BASELINE, CANDIDATE, AbCancelled, AbError, AbPlan, read_step_durations, run_ab
+from agent.abstats import INCONCLUSIVE, STOP_DECIDED, STOP_ROUND_LIMIT, STOP_TIME_LIMIT
 
 FAKE = [sys.executable, str(Path(__file__).with_name("fake_attach.py"))]
 
 
-def _plan(**env: str) -> AbPlan:
+def _plan(max_rounds: int = 0, time_budget_s: float = 3600.0, **env: str) -> AbPlan:
     return AbPlan(
         command=["python", "train.py"],
         knobs={"num_workers": 2},
@@ -23,6 +24,8 @@ def _plan(**env: str) -> AbPlan:
         steps=8,
         warmup=2,
         env={**os.environ, **env},
+        max_rounds=max_rounds,
+        time_budget_s=time_budget_s,
     )
 
 
@@ -34,6 +37,27 @@ def test_it_interleaves_rounds_and_measures_a_speedup() -> None:
     assert all(len(a.step_s) == 8 for a in arms)  # 10 steps run, 2 warm-up steps dropped
     assert result.verdict == "faster" and 1.8 < result.speedup < 2.2 and result.ci_low > 1
     assert result.loss_parity.note == "loss not visible"
+    assert result.stopped == STOP_DECIDED and result.rounds == 3
+    assert result.stop_reason == "stopped after 3 rounds: the interval decided (faster)"
+
+
+def test_it_adds_rounds_while_inconclusive_up_to_the_round_limit() -> None:
+    arms: list = []
+    noisy = _plan(max_rounds=5, FAKE_STEP_S="0.002", FAKE_BURSTY="1")
+    result = run_ab(noisy, on_arm=arms.append, launcher=FAKE)
+    assert result.verdict == INCONCLUSIVE, result
+    assert result.rounds == 5 and [a.round for a in arms][-2:] == [5, 5]
+    assert result.stopped == STOP_ROUND_LIMIT
+    assert result.stop_reason == "stopped at the round limit (5) with the interval still too wide"
+    assert result.to_dict()["stop_reason"] == result.stop_reason
+
+
+def test_it_stops_adding_rounds_at_the_time_bound() -> None:
+    noisy = _plan(max_rounds=20, time_budget_s=0.01, FAKE_STEP_S="0.002", FAKE_BURSTY="1")
+    result = run_ab(noisy, launcher=FAKE)
+    assert result.verdict == INCONCLUSIVE and result.rounds == 3  # never fewer than asked
+    assert result.stopped == STOP_TIME_LIMIT
+    assert result.stop_reason.startswith("stopped at the time bound after 3 of 20 rounds")
 
 
 def test_it_compares_the_loss_when_the_round_records_it() -> None:

@@ -60,19 +60,27 @@ def test_the_num_workers_fix_of_an_input_bound_run_is_verified(stack: Stack) -> 
     print("num_workers=2:", _summary(state))
 
 
-def test_a_knob_that_does_nothing_on_a_healthy_run_is_refuted(stack: Stack) -> None:
+def test_a_knob_that_does_nothing_on_a_healthy_run_is_never_verified(stack: Stack) -> None:
     run_id = stack.attach("python", SCRIPT, "--healthy", "--steps", "30")
     # An even number of rounds runs each arm first equally often, and 40 steps an arm keep
-    # one slow moment of this shared machine from deciding the verdict.
+    # one slow moment of this shared machine from deciding the verdict. While the interval
+    # is wider than 1 +- 5% the engine adds rounds, here up to 8.
     job_id = stack.try_fix(
-        run_id, finding_id="cudnn.benchmark", knob="cudnn_benchmark=true", rounds=4, steps=40
-    )
+        run_id, finding_id="cudnn.benchmark", knob="cudnn_benchmark=true", rounds=4, steps=40,
+        max_rounds=8,
+    )  # fmt: skip
     state = stack.wait_job(job_id)
     assert state["status"] == "succeeded", state["error"] + stack.logs()
-    assert state["verdict"] == "no measurable difference", state
+    rounds = len(state["arms"]) // 2
+    assert 4 <= rounds <= 8, state
     status, _gain, _speedup = _verification(stack, run_id, "cudnn.benchmark")
-    assert status == "refuted"
-    print("cudnn_benchmark=true:", _summary(state))
+    if state["ci_low"] >= 0.95 and state["ci_high"] <= 1.05:  # narrow: it does nothing
+        assert state["verdict"] == "no measurable difference" and status == "refuted", state
+        assert state["stop_reason"].endswith("the interval decided (no measurable difference)")
+    else:  # too wide to tell: more rounds were run, and the estimate stands
+        assert state["verdict"] == "inconclusive" and status == "inconclusive", state
+        assert rounds == 8 or "time bound" in state["stop_reason"], state
+    print("cudnn_benchmark=true:", _summary(state), state["verdict"], f"({rounds} rounds)")
 
 
 def test_the_job_page_draws_the_rounds_and_a_full_progress_bar(stack: Stack, browser: Any) -> None:

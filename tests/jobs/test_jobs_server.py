@@ -18,12 +18,35 @@ from perfweb.jobs.selectors import (
     verified_gains_for_run,
 )
 
-RESULT = {
-    "baseline_step_s": 0.2, "candidate_step_s": 0.08, "speedup": 2.5, "ci_low": 2.2,
-    "ci_high": 2.8, "verdict": "faster", "measured_gain": 0.6, "rounds": 3, "steps_per_arm": 8,
+# What a forger posts: the server must never take these numbers.
+FORGED = {
+    "baseline_step_s": 0.2, "candidate_step_s": 0.002, "speedup": 100, "ci_low": 99,
+    "ci_high": 101, "verdict": "faster", "measured_gain": 0.99, "rounds": 5, "steps_per_arm": 8,
     "loss_parity": {"visible": False, "note": "loss not visible"},
 }  # fmt: skip
-ARM = {"round": 1, "arm": "baseline", "step_s": [0.2, 0.21], "median_s": 0.205}
+ARM = {"round": 1, "arm": "baseline", "step_s": [0.2, 0.21, 0.19], "median_s": 0.205}
+
+
+def _steps(mean: float, spread: float, n: int = 8) -> list[float]:
+    """n step times around `mean`, evenly spread over +-`spread` (relative)."""
+    return [mean * (1 - spread + 2 * spread * i / (n - 1)) for i in range(n)]
+
+
+def _post_rounds(client: Client, claimed: dict, token: str, *, base_s: float, cand_s: float,
+                 spread: float = 0.02, rounds: int = 5) -> None:  # fmt: skip
+    for number in range(1, rounds + 1):
+        for arm, mean in (("baseline", base_s), ("candidate", cand_s)):
+            body = {
+                "claim_token": claimed["claim_token"],
+                "arm": {"round": number, "arm": arm, "step_s": _steps(mean, spread)},
+            }
+            reply = _post(client, f"/api/v1/jobs/{claimed['id']}/progress", body, token)
+            assert reply.status_code == 200, reply.content
+
+
+def _finish(client: Client, claimed: dict, token: str, result: dict | None = None) -> Any:
+    body = {"claim_token": claimed["claim_token"], "result": result or FORGED}
+    return _post(client, f"/api/v1/jobs/{claimed['id']}/result", body, token)
 
 
 def _post(client: Client, path: str, body: dict, token: str) -> Any:
@@ -69,11 +92,32 @@ def test_the_claim_hands_out_the_recorded_command_once(owner: Any, run: Any, tok
     assert Job.objects.get(id=job.id).status == Job.RUNNING
 
 
-def test_another_host_or_project_gets_nothing(owner: Any, run: Any, token: str, other_token: str):
-    _job(owner, run)
+def test_it_stores_only_the_hash_of_the_claim_secret(owner: Any, run: Any, token: str) -> None:
+    job = _job(owner, run)
+    claimed = _claim(Client(), token, run.host)
+    stored = Job.objects.get(id=job.id).claim_token
+    assert claimed["claim_token"] not in stored and len(claimed["claim_token"]) >= 32
+    assert stored == services.claim_digest(claimed["claim_token"])
+    body = {"claim_token": stored}  # a database dump's copy is not the secret
+    reply = _post(Client(), f"/api/v1/jobs/{job.id}/progress", body, token)
+    assert reply.status_code == 409
+
+
+def test_a_host_no_agent_of_the_project_recorded_cannot_claim(
+    owner: Any, run: Any, token: str, other_token: str
+) -> None:
+    job = _job(owner, run)
     client = Client()
-    assert _claim(client, token, "some-other-host") is None
-    assert _claim(client, other_token, run.host) is None
+    reply = _post(
+        client, "/api/v1/jobs/claim", {"host": "some-other-host", "runner_id": "r"}, token
+    )
+    assert reply.status_code == 403
+    assert reply.json() == {
+        "error": "no agent of this project recorded a run on host 'some-other-host'"
+    }
+    other = _post(client, "/api/v1/jobs/claim", {"host": run.host, "runner_id": "r"}, other_token)
+    assert other.status_code == 403  # the other project never recorded this host
+    assert Job.objects.get(id=job.id).status == Job.QUEUED
 
 
 def test_progress_result_and_verification(
@@ -87,50 +131,135 @@ def test_progress_result_and_verification(
         reply = _post(client, f"{base}/progress", {"claim_token": claim, "arm": ARM}, token)
         assert reply.json() == {"ok": True, "cancelled": False}
     assert JobArm.objects.filter(job_id=claimed["id"]).count() == 1
+    _post_rounds(client, claimed, token, base_s=0.2, cand_s=0.08)
     with django_capture_on_commit_callbacks(execute=True):
-        reply = _post(client, f"{base}/result", {"claim_token": claim, "result": RESULT}, token)
+        reply = _finish(client, claimed, token)
     assert reply.status_code == 200, reply.content
     job = Job.objects.get(id=claimed["id"])
-    assert job.status == Job.SUCCEEDED and job.speedup == 2.5
+    assert job.status == Job.SUCCEEDED and job.verdict == "faster"
+    assert job.speedup == pytest.approx(2.5) and 2.4 < job.ci_low < 2.5 < job.ci_high < 2.6
+    assert job.result["speedup"] == job.speedup and job.result["rounds"] == 5
+    assert job.stop_reason == "stopped after 5 rounds: the interval decided (faster)"
     verification = FixVerification.objects.get(run=run, finding_id="dataloader.num_workers")
-    assert verification.status == "verified" and verification.measured_gain == 0.6
+    assert verification.status == "verified"
+    assert verification.measured_gain == pytest.approx(0.6)
     gains = measured_gains_for_run(run=run)
-    assert gains["dataloader.num_workers"]["measured_gain"] == 0.6
-    assert verified_gains_for_run(run=run) == {"dataloader.num_workers": 0.6}
+    assert gains["dataloader.num_workers"]["measured_gain"] == pytest.approx(0.6)
+    assert verified_gains_for_run(run=run) == {"dataloader.num_workers": pytest.approx(0.6)}
 
 
-def test_no_measurable_difference_refutes_the_fix(
+def test_a_forged_result_is_recomputed_from_the_arms(
     owner: Any, run: Any, token: str, django_capture_on_commit_callbacks: Any
 ) -> None:
     _job(owner, run)
     client = Client()
     claimed = _claim(client, token, run.host)
-    result = {**RESULT, "verdict": "no measurable difference", "speedup": 1.0, "ci_low": 0.97,
-              "ci_high": 1.03, "measured_gain": 0.0}  # fmt: skip
-    body = {"claim_token": claimed["claim_token"], "result": result}
+    _post_rounds(client, claimed, token, base_s=0.1, cand_s=0.1)  # the knob did nothing
     with django_capture_on_commit_callbacks(execute=True):
-        _post(client, f"/api/v1/jobs/{claimed['id']}/result", body, token)
+        reply = _finish(client, claimed, token, FORGED)  # ...but the post says 100x faster
+    assert reply.status_code == 200 and reply.json()["verdict"] == "no measurable difference"
+    job = Job.objects.get(id=claimed["id"])
+    assert job.speedup == pytest.approx(1.0) and job.result["measured_gain"] == pytest.approx(0)
     assert FixVerification.objects.get(run=run).status == "refuted"
     assert verified_gains_for_run(run=run) == {"dataloader.num_workers": 0.0}
 
 
-def test_a_bad_result_is_rejected_in_one_sentence(owner: Any, run: Any, token: str) -> None:
+def test_a_result_before_the_rounds_is_rejected_in_one_sentence(
+    owner: Any, run: Any, token: str
+) -> None:
     _job(owner, run)
     client = Client()
     claimed = _claim(client, token, run.host)
-    body = {"claim_token": claimed["claim_token"], "result": {**RESULT, "speedup": "fast"}}
-    reply = _post(client, f"/api/v1/jobs/{claimed['id']}/result", body, token)
+    _post_rounds(client, claimed, token, base_s=0.2, cand_s=0.1, rounds=2)
+    reply = _finish(client, claimed, token)
     assert reply.status_code == 400
-    assert reply.json() == {"error": "result.speedup is not a finite number"}
+    assert reply.json() == {"error": "the job has 2 complete rounds of the 5 it needs"}
     assert Job.objects.get(id=claimed["id"]).status == Job.RUNNING
+
+
+@pytest.mark.parametrize(
+    ("arm", "error"),
+    [
+        (
+            {"round": 21, "arm": "baseline", "step_s": [0.1] * 3},
+            "arm.round must be a whole number in 1..20",
+        ),
+        ({"round": 1, "arm": "both", "step_s": [0.1] * 3}, "arm.arm must be baseline or candidate"),
+        (
+            {"round": 1, "arm": "baseline", "step_s": [0.1, "x", 0.1]},
+            "arm.step_s[1] is not a finite number",
+        ),
+        (
+            {"round": 1, "arm": "baseline", "step_s": [0.1, 0.0, 0.1]},
+            "arm.step_s must hold at least 3 positive step times",
+        ),
+        (
+            {"round": 1, "arm": "baseline", "step_s": [0.1] * 3, "loss": [1, "x"]},
+            "arm.loss[1] is not a finite number",
+        ),
+    ],
+)
+def test_a_bad_arm_is_rejected_in_one_sentence(
+    owner: Any, run: Any, token: str, arm: dict, error: str
+) -> None:
+    _job(owner, run)
+    client = Client()
+    claimed = _claim(client, token, run.host)
+    body = {"claim_token": claimed["claim_token"], "arm": arm}
+    reply = _post(client, f"/api/v1/jobs/{claimed['id']}/progress", body, token)
+    assert reply.status_code == 400 and reply.json() == {"error": error}
+    assert not JobArm.objects.exists()
 
 
 def test_a_wrong_claim_token_is_a_conflict(owner: Any, run: Any, token: str) -> None:
     _job(owner, run)
     client = Client()
     claimed = _claim(client, token, run.host)
-    body = {"claim_token": "forged", "result": RESULT}
+    _post_rounds(client, claimed, token, base_s=0.2, cand_s=0.1)
+    body = {"claim_token": "forged", "result": FORGED}
     assert _post(client, f"/api/v1/jobs/{claimed['id']}/result", body, token).status_code == 409
+    assert _post(client, f"/api/v1/jobs/{claimed['id']}/progress", body, token).status_code == 409
+    assert Job.objects.get(id=claimed["id"]).status == Job.RUNNING
+
+
+def test_an_inconclusive_job_keeps_the_estimate_in_the_ranking(
+    owner: Any, run: Any, token: str, django_capture_on_commit_callbacks: Any
+) -> None:
+    _job(owner, run)
+    client = Client()
+    claimed = _claim(client, token, run.host)
+    # 0.95x with steps spread +-90%: the shape of the job that was once called refuted.
+    _post_rounds(client, claimed, token, base_s=0.1, cand_s=0.105, spread=0.9, rounds=20)
+    with django_capture_on_commit_callbacks(execute=True):
+        reply = _finish(client, claimed, token)
+    assert reply.json()["verdict"] == "inconclusive"
+    job = Job.objects.get(id=claimed["id"])
+    assert job.ci_low < 0.95 and job.ci_high > 1.0
+    assert job.stop_reason == "stopped at the round limit (20) with the interval still too wide"
+    verification = FixVerification.objects.get(run=run)
+    assert verification.status == "inconclusive"
+    assert verification.reason == "inconclusive \u2014 more rounds needed"
+    assert verified_gains_for_run(run=run) == {}  # nothing overrides the estimate
+    assert measured_gains_for_run(run=run)["dataloader.num_workers"]["status"] == "inconclusive"
+
+
+def test_an_inconclusive_job_that_stopped_early_says_it_ran_out_of_time(
+    owner: Any, run: Any, token: str
+) -> None:
+    _job(owner, run)
+    client = Client()
+    claimed = _claim(client, token, run.host)
+    _post_rounds(client, claimed, token, base_s=0.1, cand_s=0.105, spread=0.9, rounds=6)
+    assert _finish(client, claimed, token).status_code == 200
+    state = Client()
+    state.force_login(owner)
+    job = state.get(f"/jobs/{claimed['id']}.json").json()
+    assert job["verdict_label"] == "inconclusive \u2014 more rounds needed"
+    assert job["stop_reason"] == (
+        "stopped at the time bound after 6 of 20 rounds, interval too wide"
+    )
+    assert job["progress"] == {"done": 12, "total": 12, "fraction": 1.0}
+    assert job["runner_id"] == "r1"
 
 
 def test_cancel_is_seen_by_the_runner(owner: Any, run: Any, token: str) -> None:
@@ -147,8 +276,7 @@ def test_cancel_is_seen_by_the_runner(owner: Any, run: Any, token: str) -> None:
 
 def test_an_expired_claim_fails_the_job_with_the_reason(owner: Any, run: Any, token: str) -> None:
     job = _job(owner, run)
-    claimed = services.job_claim(project=run.project, host=run.host, runner_id="r1")
-    assert claimed is not None
+    assert services.job_claim(project=run.project, host=run.host, runner_id="r1") is not None
     later = timezone.now() + services.claim_ttl() + timedelta(seconds=1)
     assert services.jobs_expire_claims(now=later) == 1
     job.refresh_from_db()

@@ -49,6 +49,22 @@ def test_it_rejects_anything_off_the_closed_list(text: str, message: str) -> Non
     assert "\n" not in str(error.value)
 
 
+@pytest.mark.parametrize("raw", ["4_0", "\u0664", "\uff14", "\u00b2", "4\u0660", "0x4", " 4 0"])
+def test_it_accepts_ascii_digits_only_as_a_whole_number(raw: str) -> None:
+    with pytest.raises(KnobError) as error:
+        knobs.parse_knobs(f"num_workers={raw}")
+    assert "is not a whole number" in str(error.value)
+    with pytest.raises(KnobError):
+        knobs.validate_knobs({"threads": raw})
+    with pytest.raises(KnobError):
+        knobs.max_steps_from_env({"PERF_AGENT_MAX_STEPS": raw})
+
+
+def test_it_still_reads_signed_ascii_numbers() -> None:
+    assert knobs.parse_knobs("num_workers=+4, threads= 12 ") == {"num_workers": 4, "threads": 12}
+    assert knobs.max_steps_from_env({"PERF_AGENT_MAX_STEPS": " 40 "}) == 40
+
+
 def test_it_revalidates_typed_job_settings() -> None:
     assert knobs.validate_knobs({"num_workers": 2, "pin_memory": True}) == {
         "num_workers": 2,

@@ -45,6 +45,12 @@ def _check(job: dict, book: str, *, token: str = TOKEN) -> object:
 def test_a_job_for_a_recorded_command_is_accepted(book: str) -> None:
     spec = _check(_job(), book)
     assert spec.command == ["python", "train.py"] and spec.knobs == {"num_workers": 4}
+    assert spec.max_rounds == 3  # an older server asks for no extra round
+
+
+def test_a_job_may_add_rounds_up_to_its_limit_and_time_budget(book: str) -> None:
+    spec = _check(_job(max_rounds=12, time_budget_s=600), book)
+    assert (spec.rounds, spec.max_rounds, spec.time_budget_s) == (3, 12, 600.0)
 
 
 @pytest.mark.parametrize(
@@ -59,6 +65,10 @@ def test_a_job_for_a_recorded_command_is_accepted(book: str) -> None:
         ({"knobs": {}}, "the job has no knob to try"),
         ({"rounds": 10_000}, "rounds must be a whole number in 1..20"),
         ({"steps": True}, "steps must be a whole number"),
+        ({"max_rounds": 2}, "max_rounds must be in 3..20"),
+        ({"max_rounds": 21}, "max_rounds must be in 3..20"),
+        ({"time_budget_s": True}, "time_budget_s must be a number of seconds"),
+        ({"time_budget_s": 0}, "time_budget_s must be a number of seconds"),
     ],
 )
 def test_a_forged_job_is_refused(book: str, changes: dict, reason: str) -> None:
@@ -105,3 +115,44 @@ def test_perf_agent_ab_prints_the_documented_json(tmp_path: Path) -> None:
     for name in ("baseline_step_s", "candidate_step_s", "speedup", "ci_low", "ci_high", "verdict"):
         assert name in result
     assert result["speedup"] > 1.0 and result["knobs"] == {"num_workers": 2}
+    assert result["stopped"] in ("decided", "round limit", "time limit")
+    assert result["stop_reason"].startswith("stopped ")
+
+
+def test_perf_agent_ab_text_says_the_verdict_and_why_it_stopped() -> None:
+    from agent.ab import AbPlan
+    from agent.abstats import Round, compare
+
+    rounds = [Round(baseline=[0.1, 0.19, 0.01] * 3, candidate=[0.1, 0.01, 0.19] * 3)] * 3
+    result = compare(rounds)
+    result.stop_reason = "stopped at the round limit (3) with the interval still too wide"
+    plan = AbPlan(command=["python", "t.py"], knobs={"threads": 2}, rounds=3)
+    lines = abcli.format_text(result, plan).splitlines()
+    assert "verdict    inconclusive \u2014 more rounds needed" in lines
+    assert f"stopped    {result.stop_reason}" in lines
+
+
+def test_the_runner_says_once_why_the_server_refuses_its_claims() -> None:
+    import io
+
+    from agent.runner import Runner
+
+    out = io.StringIO()
+    runner = Runner(SERVER, TOKEN, host=HOST, poll_s=0.0, out=out)
+    replies = iter(
+        [(403, {"error": f"no agent of this project recorded a run on host {HOST!r}"})] * 3
+    )
+
+    def post(path: str, body: dict) -> tuple[int, dict]:
+        try:
+            return next(replies)
+        except StopIteration:
+            runner.stopping.set()
+            return 200, {"job": None}
+
+    runner.client.post = post  # type: ignore[method-assign]
+    assert runner.serve() == 0
+    lines = out.getvalue().splitlines()
+    assert lines[1:] == [
+        f"[perf-agent runner] no agent of this project recorded a run on host {HOST!r}; retrying"
+    ]

@@ -6,6 +6,7 @@ from typing import Any
 
 from django import forms
 
+from perfweb.alerts.channels.addresses import validate_receiver_url
 from perfweb.alerts.channels.http import post_json
 from perfweb.alerts.messages import headline, text_lines
 
@@ -14,7 +15,10 @@ LABEL = "Slack incoming webhook"
 
 
 class ConfigForm(forms.Form):
-    url = forms.URLField(label="Incoming webhook URL", max_length=500, assume_scheme="https")
+    url = forms.URLField(
+        label="Incoming webhook URL", max_length=500, assume_scheme="https",
+        validators=[validate_receiver_url],
+    )  # fmt: skip
 
 
 def send(*, config: dict[str, Any], message: dict[str, Any]) -> str:

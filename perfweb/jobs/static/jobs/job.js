@@ -26,8 +26,9 @@
     field("error").textContent = state.error || "";
     if (state.speedup) {
       field("summary").textContent =
-        `${state.speedup.toFixed(2)}× (95% CI ${state.ci_low.toFixed(2)}–${state.ci_high.toFixed(2)}): ${state.verdict}`;
+        `${state.speedup.toFixed(2)}× (95% CI ${state.ci_low.toFixed(2)}–${state.ci_high.toFixed(2)}): ${state.verdict_label || state.verdict}`;
     }
+    field("stop").textContent = state.stop_reason || "";
     if (state.terminal && field("cancel")) field("cancel").remove();
     draw(state);
   }
