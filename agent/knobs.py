@@ -239,9 +239,10 @@ def apply_from_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     except KnobError as error:
         return {"*": f"error: {error}"}
     try:
-        from agent import abprobe, knobs_torch
+        from agent import aboutputs, abprobe, knobs_torch
 
         abprobe.install_from_env()  # only inside an A/B round
+        aboutputs.install_from_env()  # before the knobs: it records the model they changed
         return knobs_torch.install(settings) if settings else {}
     except Exception as error:  # the agent never raises into user code
         return {"*": f"error: {type(error).__name__}: {error}"}
