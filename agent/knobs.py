@@ -124,6 +124,22 @@ KNOBS: dict[str, Knob] = {
         _bool("tf32", "precision.tf32", "TF32 matmul and convolution"),
         _bool("cudnn_benchmark", "cudnn.benchmark", "torch.backends.cudnn.benchmark"),
         _int("batch_size", "batch.increase", "batch size, where the DataLoader owns it", 1, 65536),
+        _bool(
+            "inference_mode",
+            "inference.autograd_enabled",
+            "torch.inference_mode() around the model's forward while it is in eval()",
+        ),
+        _choice(
+            "quantize",
+            "model.quantization",
+            "int8 dynamic quantisation of the model's nn.Linear layers (eval mode only)",
+            "dynamic",
+        ),
+        _bool(
+            "channels_last",
+            "inference.channels_last",
+            "channels_last memory format for a conv model and its 4-D inputs",
+        ),
     )
 }
 
@@ -235,9 +251,10 @@ def apply_from_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     except KnobError as error:
         return {"*": f"error: {error}"}
     try:
-        from agent import abprobe, knobs_torch
+        from agent import aboutputs, abprobe, knobs_torch
 
         abprobe.install_from_env()  # only inside an A/B round
+        aboutputs.install_from_env()  # before the knobs: it records the model they changed
         return knobs_torch.install(settings) if settings else {}
     except Exception as error:  # the agent never raises into user code
         return {"*": f"error: {type(error).__name__}: {error}"}

@@ -23,7 +23,6 @@ log = logging.getLogger(__name__)
 
 # FIXES.md ids no rule covers yet, and why (the signals we have cannot support them).
 UNSUPPORTED = {
-    "model.quantization": "needs the deployment target and an accuracy budget (no fact for it)",
     "model.pruning": "needs an accuracy budget and model-size goals (no fact for it)",
     "model.distillation": "needs the deployment's size goal (no fact for it)",
 }

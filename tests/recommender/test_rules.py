@@ -222,6 +222,25 @@ POSITIVE: dict[str, Builder] = {
             _series("process.cpu_percent", [150.0] * 30, device="process"),
         ],
     ),
+    "inference.autograd_enabled": _with(
+        _healthy, facts={"workload.kind": "inference", "inference.grad_enabled": True}
+    ),
+    "inference.channels_last": _with(
+        _healthy,
+        facts={
+            "workload.kind": "inference",
+            "model.conv_param_share": 0.9,
+            "model.channels_last": False,
+        },
+    ),
+    "model.quantization": _with(
+        _healthy,
+        facts={
+            "workload.kind": "inference",
+            "model.linear_param_share": 0.95,
+            "model.dtype": "float32",
+        },
+    ),
 }
 
 
