@@ -11,7 +11,7 @@ import orjson
 from django.http import HttpRequest, HttpResponse
 from isal import isal_zlib
 
-from agent.protocol import MAX_BODY_BYTES, MAX_DECOMPRESSED_BYTES
+from agent.protocol import MAX_BODY_BYTES, MAX_DECOMPRESSED_BYTES, MAX_JSON_DEPTH
 
 # isal's stubs declare `error` an instance; it is the exception class.
 _GZIP_ERROR = cast(type[Exception], isal_zlib.error)
@@ -54,10 +54,38 @@ def read_body(request: HttpRequest) -> bytes:
 
 
 def parse_json(body: bytes) -> Any:
+    """The parsed body, nested at most MAX_JSON_DEPTH levels; BadRequest (400) otherwise."""
     try:
-        return orjson.loads(body)
+        value = orjson.loads(body)
     except orjson.JSONDecodeError as error:
+        if str(error).startswith("depth limit exceeded"):  # orjson's own, at 1024
+            raise BadRequest(_TOO_DEEP) from None
         raise BadRequest(f"the body is not valid JSON ({error})") from None
+    if json_depth(value) > MAX_JSON_DEPTH:
+        raise BadRequest(_TOO_DEEP)
+    return value
+
+
+_TOO_DEEP = f"the body is nested deeper than {MAX_JSON_DEPTH} levels"
+_CONTAINERS = {dict, list}
+
+
+def json_depth(value: Any) -> int:
+    """How deep objects and arrays nest in a parsed JSON value (a scalar is 0, `[]` is 1),
+    without recursion; an array of scalars costs one pass of C (`map(type, ...)`)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if type(item) not in _CONTAINERS:
+            continue
+        deepest = max(deepest, depth)
+        if deepest > MAX_JSON_DEPTH:
+            return deepest
+        children = item.values() if type(item) is dict else item
+        if _CONTAINERS.isdisjoint(map(type, children)):
+            continue
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
 
 
 def _gunzip(body: bytes) -> bytes:

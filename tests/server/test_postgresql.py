@@ -26,6 +26,7 @@ MODULES = [
     "test_read_api.py",
     "test_handlers.py",
     "test_on_postgresql.py",
+    "test_hostile_input.py",
 ]
 
 
