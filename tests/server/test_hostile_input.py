@@ -288,3 +288,23 @@ def test_the_dashboard_answers_4xx_to_a_nul_in_the_url(
     client = Client()
     client.force_login(owner)
     assert client.get(path).status_code == (200 if path.startswith("/?") else 404)
+
+
+def test_the_runner_api_refuses_a_nul_character_in_any_field(started: Agent, token: str) -> None:
+    # Every JSON body is checked where it is parsed, so endpoints of other apps are too.
+    response = started.client.post(
+        "/api/v1/jobs/claim", data=json.dumps({"host": "gpu-node-07\x00", "runner_id": "r1"}),
+        content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {token}",
+    )  # fmt: skip
+    assert_rejected(response, 400, "host contains a NUL character")
+
+
+@pytest.mark.parametrize("path", ["progress", "result", "fail"])
+def test_the_runner_api_answers_404_for_a_job_id_past_any_column(
+    started: Agent, token: str, path: str
+) -> None:
+    response = started.client.post(
+        f"/api/v1/jobs/{10**20}/{path}", data="{}", content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {token}",
+    )  # fmt: skip
+    assert_rejected(response, 404, "no such job in this project")
