@@ -348,6 +348,8 @@ READ_PATHS = [
     "&points={text}",
     "/api/v1/runs/{run}/series?name={name}&name={text}",
     "/api/v1/runs/{run}/timeline?start={text}&end={text}&points={text}",
+    "/api/v1/waste?window={text}&tag={text}&project={text}",
+    "/metrics?{text}={text}",
 ]
 QUERY_TEXT = st.one_of(
     HOSTILE_TEXT,
@@ -372,7 +374,7 @@ def read_request(draw: st.DrawFn, corpus: Corpus) -> tuple[str, bool]:
         run=field([real_run, real_run.upper()]) or real_run,
         name=field(names),
         device=field(devices),
-        text=field(["0"]),
+        text=field(["0", "week", "day", "user", "vision"]),
     )
     return path, draw(st.integers(0, 9)) > 0
 

@@ -257,16 +257,23 @@ def test_a_launcher_may_start_a_run_that_its_workers_started_first(
 
 
 READ_PATHS = [
-    ("/api/v1/runs/%00", 404),
-    ("/api/v1/runs/a%00aaaaaaaaa", 404),
-    ("/api/v1/runs/%00/findings", 404),
-    ("/api/v1/runs/%00/series?name=gpu.utilization", 404),
-    ("/api/v1/runs/%00/timeline", 404),
+    ("/api/v1/runs/%00", 400),
+    ("/api/v1/runs/a%00aaaaaaaaa", 400),
+    ("/api/v1/runs/%00/findings", 400),
+    ("/api/v1/runs/%00/series?name=gpu.utilization", 400),
+    ("/api/v1/runs/%00/timeline", 400),
+    ("/api/v1/runs/%E2%98%83%E2%98%83%E2%98%83%E2%98%83", 404),  # not a run id: no query
+    ("/api/v1/runs/%E2%98%83%E2%98%83%E2%98%83%E2%98%83/findings", 404),
     (f"/api/v1/runs/{RUN_ID}/series?name=%00", 400),
+    (f"/api/v1/runs/{RUN_ID}/series?name=GPU%E2%98%83", 400),
     (f"/api/v1/runs/{RUN_ID}/series?name=gpu.utilization&device=%00", 400),
+    (f"/api/v1/runs/{RUN_ID}/series?name=gpu.utilization&device=GPU:0", 400),
     (f"/api/v1/runs/{RUN_ID}/timeline?start=%00", 400),
     ("/api/v1/runs?status=%00", 400),
     ("/api/v1/runs?limit=%00", 400),
+    ("/api/v1/waste?project=%00", 400),
+    ("/api/v1/waste?tag=%00", 400),
+    ("/metrics?x=%00", 400),
 ]
 
 
@@ -280,14 +287,38 @@ def test_the_read_api_answers_4xx_to_a_nul_in_the_url(
 
 
 @pytest.mark.parametrize(
-    "path", ["/runs/%00/", "/runs/%00/jobs/", "/?status=%00", "/jobs/99999999999999999999/"]
+    ("path", "status"),
+    [
+        ("/runs/%00/", 400),
+        ("/runs/%00/jobs/", 400),
+        ("/runs/%E2%98%83%E2%98%83%E2%98%83%E2%98%83/", 404),
+        ("/runs/%E2%98%83%E2%98%83%E2%98%83%E2%98%83/jobs/", 404),
+        ("/?status=%00", 400),
+        ("/fleet/?project=%00", 400),
+        ("/jobs/99999999999999999999/", 404),
+    ],
 )
 def test_the_dashboard_answers_4xx_to_a_nul_in_the_url(
-    started: Agent, owner: Any, path: str
+    started: Agent, owner: Any, path: str, status: int
 ) -> None:
     client = Client()
     client.force_login(owner)
-    assert client.get(path).status_code == (200 if path.startswith("/?") else 404)
+    assert client.get(path).status_code == status
+
+
+def test_a_form_field_with_a_nul_character_is_a_400(started: Agent, owner: Any) -> None:
+    client = Client()
+    client.force_login(owner)
+    response = client.post(f"/runs/{RUN_ID}/jobs/", {"finding_id": "dataloader\x00", "knob": ""})
+    assert_rejected(response, 400, "finding_id contains a NUL character")
+
+
+def test_a_cookie_with_a_nul_character_is_a_400_before_the_session_is_read(
+    started: Agent,
+) -> None:
+    client = Client()
+    client.cookies["sessionid"] = "abcdefgh\x00ijkl"
+    assert_rejected(client.get("/"), 400, "a cookie contains a NUL character")
 
 
 def test_the_runner_api_refuses_a_nul_character_in_any_field(started: Agent, token: str) -> None:
