@@ -23,7 +23,7 @@ def stored_state(trace_dir: Path | None = None) -> dict[str, Any]:
         for model in MODELS:
             table = model._meta.db_table
             cursor.execute(f"SELECT * FROM {table} ORDER BY id")
-            state[table] = [tuple(_plain(v) for v in row) for row in cursor.fetchall()]
+            state[table] = cursor.fetchall()  # tuples; blobs compare by content
     if trace_dir is not None and trace_dir.exists():
         state["files"] = sorted(
             (str(p.relative_to(trace_dir)), p.stat().st_size)
@@ -31,7 +31,3 @@ def stored_state(trace_dir: Path | None = None) -> dict[str, Any]:
             if p.is_file()
         )
     return state
-
-
-def _plain(value: Any) -> Any:
-    return bytes(value) if isinstance(value, memoryview) else value
