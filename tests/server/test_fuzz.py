@@ -349,6 +349,8 @@ READ_PATHS = [
     "&points={text}",
     "/api/v1/runs/{run}/series?name={name}&name={text}",
     "/api/v1/runs/{run}/timeline?start={text}&end={text}&points={text}",
+    "/api/v1/runs/{run}/steps/bands?{text}={text}",
+    "/api/v1/runs/{run}/traces/{text}",
     "/api/v1/waste?window={text}&tag={text}&project={text}",
     "/metrics?{text}={text}",
 ]
