@@ -3,9 +3,10 @@ the bad field by its path (`metrics[3].v[17] is not a number`).
 
 Text is refused, not cleaned: a NUL character (PostgreSQL's text and jsonb cannot hold one)
 or a lone surrogate (not UTF-8) in any string or object key is `<path> contains a NUL
-character`. Integers bound for the database fit its columns (`bits=32` for an IntegerField)
-and every stored integer fits 64 bits (what the read API's JSON encoder writes). The agent
-cleans what it sends, so only a foreign or broken client ever meets these answers.
+character` (or `a lone surrogate`). Integers bound for the database fit its columns
+(`bits=32` for an IntegerField) and every stored integer fits 64 bits (what the read API's
+JSON encoder writes). The agent cleans what it sends, so only a foreign or broken client
+ever meets these answers.
 """
 
 from __future__ import annotations
