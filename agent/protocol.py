@@ -25,6 +25,7 @@ TRACE_CHUNK_MAX_BYTES = 4 * 1024 * 1024  # gzip bytes per chunk, before base64
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
 MAX_DECOMPRESSED_BYTES = 64 * 1024 * 1024
+MAX_JSON_DEPTH = 32  # nesting of objects and arrays in a request body (a batch needs 4)
 
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9_-]{8,64}$")
 AGENT_ID_RE = RUN_ID_RE

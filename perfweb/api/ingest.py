@@ -33,7 +33,8 @@ FEATURES = [protocol.FEATURE_PACKED_ARRAYS]
 
 def ingest_view(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
     """POST only, token auth, no CSRF (no cookies involved); the view gets the body's bytes,
-    un-gzipped; bad input is a 4xx with one sentence, an unknown run a 404."""
+    un-gzipped; bad input is a 4xx with one sentence, an unknown run a 404, a second
+    launcher a 409."""
 
     @csrf_exempt
     @require_POST
@@ -48,6 +49,8 @@ def ingest_view(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse
             return error_response(str(error), 400)
         except services.RunNotFound as error:
             return error_response(f"run {error} was not started in this project", 404)
+        except services.LauncherConflict as error:
+            return error_response(str(error), 409)
 
     return wrapper
 

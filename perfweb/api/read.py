@@ -8,7 +8,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_GET
 
-from agent.protocol import RUN_STATUSES
+from agent.protocol import DEVICE_RE, METRIC_NAME_RE, RUN_STATUSES
 from perfweb.api.auth import runs_required
 from perfweb.api.http import error_response, json_response
 from perfweb.runs.models import Run
@@ -72,6 +72,9 @@ def _series(
     if not everything and not names:
         return error_response("name is missing (give one or more ?name=)", 400)
     devices = None if everything else request.GET.getlist("device") or None
+    for key, values, pattern in (("name", names, METRIC_NAME_RE), ("device", devices, DEVICE_RE)):
+        if any(not pattern.fullmatch(value) for value in values or ()):
+            return error_response(f"{key} is not a {key} of the protocol ({pattern.pattern})", 400)
     result = series_read(
         run=found, names=names, devices=devices, start=start, end=end, points=points
     )

@@ -5,6 +5,11 @@ PERFWEB_TRACE_MAX_BYTES    the largest gzip trace the server takes (default 2 Gi
 PERFWEB_DIAGNOSE_INTERVAL  seconds between diagnoses of a running run (default 60)
 PERFWEB_DIAGNOSE_WINDOW    seconds of each series a diagnosis reads, up to a run's last
                            sample (default 900)
+PERFWEB_TRACE_PARTIAL_RUN_BYTES      bytes that one run's unfinished trace uploads may
+                                     declare together (default 1 GiB)
+PERFWEB_TRACE_PARTIAL_PROJECT_BYTES  the same for all runs of a project (default 4 GiB)
+PERFWEB_TRACE_PARTIAL_TTL            seconds an upload may take from its first chunk before
+                                     its chunks are dropped (default 21600, 6 h)
 """
 
 from __future__ import annotations
@@ -14,9 +19,12 @@ from pathlib import Path
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
-from perfweb.env import env_seconds, env_str
+from perfweb.env import env_int, env_seconds, env_str
 
 DEFAULT_TRACE_MAX_BYTES = 2 * 1024**3
+DEFAULT_PARTIAL_RUN_BYTES = 1024**3
+DEFAULT_PARTIAL_PROJECT_BYTES = 4 * 1024**3
+DEFAULT_PARTIAL_TTL_S = 6 * 3600.0
 
 
 def trace_dir() -> Path:
@@ -61,3 +69,25 @@ def diagnose_window_s() -> float:
     if configured is not None:
         return float(configured)
     return env_seconds("PERFWEB_DIAGNOSE_WINDOW", default=900.0)
+
+
+def partial_run_bytes() -> int:
+    return _bytes("PERFWEB_TRACE_PARTIAL_RUN_BYTES", DEFAULT_PARTIAL_RUN_BYTES)
+
+
+def partial_project_bytes() -> int:
+    return _bytes("PERFWEB_TRACE_PARTIAL_PROJECT_BYTES", DEFAULT_PARTIAL_PROJECT_BYTES)
+
+
+def partial_ttl_s() -> float:
+    configured = getattr(settings, "PERFWEB_TRACE_PARTIAL_TTL", None)
+    if configured is not None:
+        return float(configured)
+    return env_seconds("PERFWEB_TRACE_PARTIAL_TTL", default=DEFAULT_PARTIAL_TTL_S)
+
+
+def _bytes(name: str, default: int) -> int:
+    configured = getattr(settings, name, None)
+    if configured is not None:
+        return int(configured)
+    return env_int(name, default=default, minimum=1)

@@ -17,7 +17,7 @@ import orjson
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from perfweb.diagnostics import conf, uploads
+from perfweb.diagnostics import conf, quotas, uploads
 from perfweb.diagnostics.claims import claim_kept
 from perfweb.diagnostics.comparison import regression_for
 from perfweb.diagnostics.evidence import run_evidence
@@ -62,8 +62,8 @@ class ChunkResult:
 def trace_chunk_store(*, project: Project, chunk: TraceChunk) -> ChunkResult:
     """Keeps one chunk; once all have arrived, the checked file and its Trace row.
 
-    Raises TraceTooLarge (413), RunNotFound (404), TraceConflict (409) and uploads.BadTrace
-    (400) before storing anything of this request.
+    Raises TraceTooLarge and quotas.QuotaExceeded (413), RunNotFound (404), TraceConflict
+    (409) and uploads.BadTrace (400) before storing anything of this request.
     """
     cap = conf.trace_max_bytes()
     if chunk.size > cap:
@@ -76,6 +76,7 @@ def trace_chunk_store(*, project: Project, chunk: TraceChunk) -> ChunkResult:
         if stored.sha256 != chunk.sha256:
             raise TraceConflict(f"trace {chunk.name} is already stored with another sha256")
         return ChunkResult(complete=True, trace=stored)  # a repeated chunk of a stored trace
+    quotas.partial_quota_check(project=project, chunk=chunk)
     if not uploads.chunk_stage(chunk):
         run_heartbeat(project=project, run_id=run.run_id, agent_id=chunk.agent_id)
         return ChunkResult(complete=False)

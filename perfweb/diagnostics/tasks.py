@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from perfweb.diagnostics import selectors, services, uploads
+from perfweb.diagnostics import conf, selectors, services, uploads
 from perfweb.runs.models import Run
-
-STALE_UPLOAD_S = 24 * 3600  # a partial trace upload untouched for a day is abandoned
 
 
 @shared_task(acks_late=True, ignore_result=True, soft_time_limit=1500, time_limit=1800)
@@ -29,5 +27,5 @@ def diagnose_sweep_task() -> int:
     run_pks = selectors.runs_due_for_diagnosis()
     for run_pk in run_pks:
         diagnose_run_task.delay(run_pk, only_if_due=True)
-    uploads.staging_sweep(older_than_s=STALE_UPLOAD_S)
+    uploads.staging_sweep(older_than_s=conf.partial_ttl_s())
     return len(run_pks)

@@ -4,6 +4,7 @@ joined, checked (size, sha256, gzip) and renamed into the offline layout.
 ```
 <trace dir>/<run>/<agent>/traces/<name>.pt.trace.json.gz          complete traces
 <trace dir>/<run>/<agent>/.partial/<name>/<sha256>-<size>-<chunks>/<index>.part
+<trace dir>/<run>/<agent>/.partial/<name>/<sha256>-<size>-<chunks>/.begun   its first chunk's time
 ```
 A chunk is written to a temporary name and renamed, so a repeated or concurrent chunk is
 stored once and a reader never sees half of one. The database learns of a trace only when
@@ -12,6 +13,7 @@ it is complete (services.trace_chunk_store).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
@@ -25,6 +27,7 @@ from perfweb.diagnostics.schemas import TraceChunk
 TRACE_SUFFIX = ".pt.trace.json.gz"
 GZIP_MAGIC = b"\x1f\x8b"
 PARTIAL = ".partial"
+BEGUN = ".begun"  # created with the staging folder: its mtime is when the upload began
 COPY_BYTES = 1024 * 1024
 
 
@@ -38,6 +41,11 @@ def agent_dir(*, run_id: str, agent_id: str) -> Path:
 
 def trace_file(*, run_id: str, agent_id: str, name: str) -> Path:
     return agent_dir(run_id=run_id, agent_id=agent_id) / "traces" / (name + TRACE_SUFFIX)
+
+
+def staging(chunk: TraceChunk) -> Path:
+    """The folder where the chunks of `chunk`'s upload wait."""
+    return _staging(chunk)
 
 
 def _staging(chunk: TraceChunk) -> Path:
@@ -60,8 +68,23 @@ def _write_atomic(path: Path, data: bytes) -> None:
 def chunk_stage(chunk: TraceChunk) -> bool:
     """Keeps one chunk; True when every chunk of its trace is now on disk."""
     folder = _staging(chunk)
+    _mark_begun(folder)
     _write_atomic(folder / f"{chunk.chunk}.part", chunk.data)
     return all((folder / f"{i}.part").is_file() for i in range(chunk.chunks))
+
+
+def _mark_begun(folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):  # a later chunk: the upload began earlier
+        os.close(os.open(folder / BEGUN, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+
+
+def begun_at(folder: Path) -> float:
+    """When the upload staged in `folder` began (its first chunk); OSError if it is gone."""
+    try:
+        return (folder / BEGUN).stat().st_mtime
+    except FileNotFoundError:  # staged before .begun existed: its newest chunk's time
+        return max((p.stat().st_mtime for p in folder.iterdir()), default=folder.stat().st_mtime)
 
 
 def chunks_join(chunk: TraceChunk) -> Path:
@@ -107,16 +130,22 @@ def staging_drop(*, run_id: str, agent_id: str, name: str) -> None:
     shutil.rmtree(agent_dir(run_id=run_id, agent_id=agent_id) / PARTIAL / name, ignore_errors=True)
 
 
-def staging_sweep(*, older_than_s: float, now: float | None = None) -> int:
-    """Removes partial uploads untouched for `older_than_s` seconds; returns how many."""
+def staging_folders(*, run_id: str = "*") -> list[Path]:
+    """The staging folders of unfinished uploads (of one run, or of all)."""
+    return list(conf.trace_dir().glob(f"{run_id}/*/{PARTIAL}/*/*"))
+
+
+def staging_sweep(*, older_than_s: float, now: float | None = None, run_id: str = "*") -> int:
+    """Removes partial uploads begun more than `older_than_s` seconds ago (of one run, or of
+    all); returns how many."""
     now = time.time() if now is None else now
     removed = 0
-    for folder in conf.trace_dir().glob(f"*/*/{PARTIAL}/*/*"):
+    for folder in staging_folders(run_id=run_id):
         try:
-            newest = max((p.stat().st_mtime for p in folder.iterdir()), default=0.0)
+            begun = begun_at(folder)
         except OSError:
             continue
-        if now - max(newest, folder.stat().st_mtime) > older_than_s:
+        if now - begun > older_than_s:
             shutil.rmtree(folder, ignore_errors=True)
             removed += 1
     return removed

@@ -12,6 +12,7 @@ from django.views.decorators.http import require_GET, require_POST
 from perfweb.api.auth import runs_required, token_required
 from perfweb.api.http import BadRequest, error_response, json_response, read_json
 from perfweb.diagnostics import conf, selectors, services, workload
+from perfweb.diagnostics.quotas import QuotaExceeded
 from perfweb.diagnostics.schemas import parse_trace_chunk
 from perfweb.diagnostics.step_bands import step_bands
 from perfweb.diagnostics.uploads import TRACE_SUFFIX, BadTrace
@@ -33,7 +34,7 @@ def trace_upload(request: HttpRequest, *, project: Project) -> HttpResponse:
         return error_response(str(error), error.status)
     except (Invalid, BadTrace) as error:
         return error_response(str(error), 400)
-    except services.TraceTooLarge as error:
+    except (services.TraceTooLarge, QuotaExceeded) as error:
         return error_response(str(error), 413)
     except RunNotFound as error:
         return error_response(f"run {error} was not started in this project", 404)

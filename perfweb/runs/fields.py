@@ -1,5 +1,13 @@
 """Readers for fields of a parsed JSON body. Each raises Invalid with one sentence that names
-the bad field by its path (`metrics[3].v[17] is not a number`)."""
+the bad field by its path (`metrics[3].v[17] is not a number`).
+
+Text is refused, not cleaned: a NUL character (PostgreSQL's text and jsonb cannot hold one)
+or a lone surrogate (not UTF-8) in any string or object key is `<path> contains a NUL
+character` (or `a lone surrogate`). Integers bound for the database fit its columns
+(`bits=32` for an IntegerField) and every stored integer fits 64 bits (what the read API's
+JSON encoder writes). The agent cleans what it sends, so only a foreign or broken client
+ever meets these answers.
+"""
 
 from __future__ import annotations
 
@@ -12,10 +20,30 @@ import numpy as np
 
 LATEST_TIME = 4102444800.0  # 2100-01-01: anything later is not a Unix time in seconds
 NUMBER_TYPES = frozenset({int, float})
+SCALAR_TYPES = (str, int, float, bool)
+MAX_PLAIN_DEPTH = 8  # nesting of a free-form object the server stores (a device's extras)
 
 
 class Invalid(Exception):
     """A request field is wrong; str(error) is the sentence for the client."""
+
+
+def text(value: str, name: str) -> str:
+    """`value` if every database can store it: no NUL character, no lone surrogate."""
+    if "\x00" in value:
+        raise Invalid(f"{name} contains a NUL character")
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise Invalid(f"{name} contains a lone surrogate") from None
+    return value
+
+
+def key_path(path: str, key: str) -> str:
+    """`path.key`, the key shown escaped when it is not plain printable text."""
+    shown = key if key.isascii() and key.isprintable() and key else ascii(key)
+    return f"{path}.{shown}" if path else shown
 
 
 def obj(value: Any, path: str) -> dict[str, Any]:
@@ -41,6 +69,7 @@ def string(
         return None
     if not isinstance(value, str):
         raise Invalid(f"{name} is not a string")
+    text(value, name)
     if len(value) > max_length:
         raise Invalid(f"{name} is longer than {max_length} characters")
     if pattern is not None and not pattern.fullmatch(value):
@@ -55,15 +84,19 @@ def integer(
     path: str = "",
     required: bool = False,
     minimum: int | None = None,
+    bits: int = 64,
 ) -> int | None:
+    """An integer that fits a signed `bits`-bit column (an IntegerField is 32)."""
     value = body.get(key)
     name = f"{path}{key}"
     if value is None:
         if required:
             raise Invalid(f"{name} is missing")
         return None
-    if type(value) is not int or abs(value) >= 2**63:
+    if type(value) is not int:
         raise Invalid(f"{name} is not an integer")
+    if not -(2 ** (bits - 1)) <= value < 2 ** (bits - 1):
+        raise Invalid(f"{name} is not a {bits}-bit integer")
     if minimum is not None and value < minimum:
         raise Invalid(f"{name} is less than {minimum}")
     return value
@@ -94,8 +127,36 @@ def flat_dict(body: dict[str, Any], key: str, *, path: str = "") -> dict[str, An
     if not isinstance(value, dict):
         raise Invalid(f"{name} is not an object")
     for item_key, item in value.items():
-        if item is not None and not isinstance(item, str | int | float | bool):
-            raise Invalid(f"{name}.{item_key} is not a string, number, boolean or null")
+        item_path = key_path(name, item_key)
+        text(item_key, item_path)
+        if item is not None and not isinstance(item, SCALAR_TYPES):
+            raise Invalid(f"{item_path} is not a string, number, boolean or null")
+        _scalar(item, item_path)
+    return value
+
+
+def plain(value: Any, path: str, *, depth: int = MAX_PLAIN_DEPTH) -> Any:
+    """Any JSON value the server may store as it came (a device's extra fields): its strings
+    and keys text, its integers 64-bit, nested at most `depth` levels."""
+    if isinstance(value, dict | list):
+        if depth <= 0:
+            raise Invalid(f"{path} is nested deeper than {MAX_PLAIN_DEPTH} levels")
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        for key, item in items:
+            if isinstance(key, str):
+                item_path = key_path(path, text(key, key_path(path, key)))
+            else:
+                item_path = f"{path}[{key}]"
+            plain(item, item_path, depth=depth - 1)
+        return value
+    return _scalar(value, path)
+
+
+def _scalar(value: Any, path: str) -> Any:
+    if isinstance(value, str):
+        text(value, path)
+    elif type(value) is int and not -(2**63) <= value < 2**63:
+        raise Invalid(f"{path} is not a 64-bit integer")
     return value
 
 

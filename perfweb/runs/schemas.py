@@ -16,10 +16,13 @@ from perfweb.runs.fields import (
     flat_dict,
     float64s,
     integer,
+    key_path,
     numbers,
     obj,
+    plain,
     same_length,
     string,
+    text,
     times,
     unix_time,
 )
@@ -28,6 +31,7 @@ from perfweb.series.services import SampleBlock, Samples
 MAX_SERIES_PER_BATCH = 10_000
 MAX_DEVICES = 1_000
 MAX_TAGS_OR_FACTS = 10_000
+MAX_COMMAND_ARGS = 10_000
 
 
 @dataclass
@@ -101,26 +105,34 @@ def parse_start(body: Any) -> StartRequest:
     role = string(body, "role", required=False) or protocol.ROLE_WORKER
     if role not in protocol.ROLES:
         raise Invalid(f"role is not one of {', '.join(protocol.ROLES)}")
-    command = body.get("command") or []
-    if not isinstance(command, list) or not all(isinstance(a, str) for a in command):
-        raise Invalid("command is not an array of strings")
     return StartRequest(
         run_id=run_id,
         agent_id=agent_id,
         name=string(body, "name", required=False, max_length=200) or "",
         role=role,
-        command=command,
+        command=_command(body.get("command")),
         cwd=string(body, "cwd", required=False) or "",
         host=string(body, "host", required=False, max_length=255) or "",
-        pid=integer(body, "pid"),
-        rank=integer(body, "rank", minimum=0),
-        local_rank=integer(body, "local_rank", minimum=0),
-        world_size=integer(body, "world_size", minimum=1),
+        pid=integer(body, "pid", bits=32),
+        rank=integer(body, "rank", minimum=0, bits=32),
+        local_rank=integer(body, "local_rank", minimum=0, bits=32),
+        world_size=integer(body, "world_size", minimum=1, bits=32),
         started_at=unix_time(body, "started_at", required=True) or 0.0,
         tags=_bounded(flat_dict(body, "tags"), "tags"),
         facts=_bounded(flat_dict(body, "facts"), "facts"),
         devices=_devices(body.get("devices")),
     )
+
+
+def _command(value: Any) -> list[str]:
+    command = value or []
+    if not isinstance(command, list) or not all(isinstance(a, str) for a in command):
+        raise Invalid("command is not an array of strings")
+    if len(command) > MAX_COMMAND_ARGS:
+        raise Invalid(f"command has more than {MAX_COMMAND_ARGS} entries")
+    for i, argument in enumerate(command):
+        text(argument, f"command[{i}]")
+    return command
 
 
 def parse_batch(body: Any) -> BatchRequest:
@@ -164,6 +176,8 @@ def parse_batch_json(raw: bytes) -> BatchRequest | None:
     try:
         decoded = _BATCH_DECODER.decode(raw)
     except msgspec.DecodeError:  # not JSON, not an object, or a metric of the wrong type
+        return None
+    except RecursionError:  # nested too deep: parse_json says so in one sentence
         return None
     metrics = _typed_metrics(decoded.metrics or [])
     if metrics is None:
@@ -209,7 +223,7 @@ def parse_finish(body: Any) -> FinishRequest:
         run_id=run_id,
         agent_id=agent_id,
         ended_at=unix_time(body, "ended_at"),
-        exit_code=integer(body, "exit_code"),
+        exit_code=integer(body, "exit_code", bits=32),
         final=final,
         produced=_produced(body.get("produced")),
     )
@@ -222,6 +236,7 @@ def _produced(value: Any) -> dict[str, int]:
     if len(counts) > 100:
         raise Invalid("produced has more than 100 keys")
     for key in counts:
+        text(key, key_path("produced", key))
         integer(counts, key, path="produced.", minimum=0)
     return counts
 
@@ -343,18 +358,20 @@ def _device(item: dict[str, Any], path: str) -> DeviceInfo:
     power_limit = item.get("power_limit")
     if power_limit is not None and type(power_limit) not in (int, float):
         raise Invalid(f"{path}power_limit is not a number")
+    if power_limit is not None and not abs(power_limit) < 1e300:  # a float, not inf
+        raise Invalid(f"{path}power_limit is not a finite number")
     known = {"key", "kind", "index", "name", "uuid", "memory_total", "power_limit"}
     key = string(item, "key", path=path, pattern=protocol.DEVICE_RE)
     assert key is not None
     return DeviceInfo(
         key=key,
         kind=string(item, "kind", path=path, required=False, max_length=16) or "",
-        index=integer(item, "index", path=path, minimum=0),
+        index=integer(item, "index", path=path, minimum=0, bits=32),
         name=string(item, "name", path=path, required=False, max_length=200) or "",
         uuid=string(item, "uuid", path=path, required=False, max_length=100) or "",
         memory_total=integer(item, "memory_total", path=path, minimum=0),
         power_limit=float(power_limit) if power_limit is not None else None,
-        extra={k: v for k, v in item.items() if k not in known},
+        extra=plain({k: v for k, v in item.items() if k not in known}, path.rstrip(".")),
     )
 
 

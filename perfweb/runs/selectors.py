@@ -13,6 +13,7 @@ from typing import Any
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import Count, Q, QuerySet
 
+from agent import protocol
 from perfweb.projects.models import Project
 from perfweb.runs.models import Run
 from perfweb.series.selectors import series_means, series_span
@@ -54,6 +55,10 @@ def run_list_for_user(
 
 
 def run_get(*, runs: QuerySet[Run], run_id: str) -> Run | None:
+    """The run, or None; None without a query for what cannot be a run id (a URL's `%00`
+    would make PostgreSQL raise)."""
+    if not protocol.RUN_ID_RE.fullmatch(run_id):
+        return None
     return runs.select_related("project").filter(run_id=run_id).first()
 
 

@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from agent import protocol
 from perfweb.projects.models import Project
 from perfweb.runs.models import Device, Run, RunProcess
 from perfweb.runs.schemas import DeviceInfo, FinishRequest, StartRequest
@@ -20,13 +21,21 @@ class RunNotFound(Exception):
     """No run with that run_id in the caller's project."""
 
 
+class LauncherConflict(Exception):
+    """A launcher start for a run that another launcher started (409); str() says so."""
+
+
 def to_datetime(seconds: float) -> datetime:
     return datetime.fromtimestamp(seconds, tz=UTC)
 
 
 @transaction.atomic
 def run_start(*, project: Project, request: StartRequest) -> Run:
-    """Registers the run (idempotent on run_id) and the calling process within it."""
+    """Registers the run (idempotent on run_id) and the calling process within it.
+
+    A run has one launcher: a launcher start from another agent raises LauncherConflict
+    before anything is written (the same agent's start again is a retry, answered as the
+    first)."""
     now = timezone.now()
     started_at = to_datetime(request.started_at)
     run = Run.objects.select_for_update().filter(run_id=request.run_id).first()
@@ -88,7 +97,9 @@ def _run_create(*, project: Project, request: StartRequest, now: datetime) -> Ru
 
 def _run_merge(*, run: Run, request: StartRequest, now: datetime) -> None:
     # The launcher knows the real command line; a worker's start fills only what is blank.
-    launcher = request.role == "launcher"
+    launcher = request.role == protocol.ROLE_LAUNCHER
+    if launcher:
+        _launcher_check(run=run, agent_id=request.agent_id)
     if request.name and (launcher or run.name == run.run_id):
         run.name = request.name
     for field in ("command", "cwd", "host"):
@@ -101,6 +112,17 @@ def _run_merge(*, run: Run, request: StartRequest, now: datetime) -> None:
     if run.status == Run.LOST:
         run.status = Run.RUNNING
     run.save()
+
+
+def _launcher_check(*, run: Run, agent_id: str) -> None:
+    other = (
+        RunProcess.objects.filter(run=run, role=protocol.ROLE_LAUNCHER)
+        .exclude(agent_id=agent_id)
+        .values_list("agent_id", flat=True)
+        .first()
+    )
+    if other is not None:
+        raise LauncherConflict(f"run {run.run_id} already has a launcher (agent {other})")
 
 
 def _run_seen(*, run: Run) -> None:

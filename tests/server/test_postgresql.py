@@ -2,8 +2,9 @@
 
 The suite's default database is SQLite; this runs the modules that talk to the database most
 (ingest, ingest under concurrency, lifecycle, storage, read API) in a pytest subprocess with
-DATABASE_URL pointing at 127.0.0.1:5432 (trust auth). Under CI=true a missing server fails;
-elsewhere it skips.
+DATABASE_URL pointing at 127.0.0.1:5432 (trust auth), and the hostile-input tests and the
+fuzz test in another (each well under its time limit). Under CI=true a missing server
+fails; elsewhere it skips.
 """
 
 from __future__ import annotations
@@ -27,15 +28,26 @@ MODULES = [
     "test_handlers.py",
     "test_on_postgresql.py",
 ]
+HOSTILE_MODULES = ["test_hostile_input.py", "test_fuzz.py"]
 
 
 @pytest.mark.postgres
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_it_passes_the_ingest_and_model_tests_on_postgresql() -> None:
+    _passes_on_postgresql(MODULES, name=f"perfweb_{os.getpid()}")
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_it_passes_the_hostile_input_and_fuzz_tests_on_postgresql() -> None:
+    _passes_on_postgresql(HOSTILE_MODULES, name=f"perfweb_hostile_{os.getpid()}")
+
+
+def _passes_on_postgresql(modules: list[str], *, name: str) -> None:
     require_postgres()
     # pytest-django creates (and drops) test_<name>: unique per run, as others share the server.
-    name = f"perfweb_{os.getpid()}"
     env = {
         **os.environ,
         "DATABASE_URL": f"postgresql://postgres@{POSTGRES_HOST}:{POSTGRES_PORT}/{name}",
@@ -49,7 +61,7 @@ def test_it_passes_the_ingest_and_model_tests_on_postgresql() -> None:
             "-p",
             "no:cacheprovider",
             "--create-db",
-            *(str(Path(__file__).parent / module) for module in MODULES),
+            *(str(Path(__file__).parent / module) for module in modules),
         ],
         cwd=ROOT,
         env=env,
