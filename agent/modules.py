@@ -66,12 +66,13 @@ class ModuleWatch:
         self._clock = clock
         self._original = self._base.__call__
         self._primary: weakref.ref[Any] | None = None
-        self._wrapped: set[type] = set()
+        self._wrapped: dict[type, Any] = {}  # class -> its own __call__ before, or None
         self._depth = 0
+        self._removed = False
 
     def install(self) -> None:
         """Start looking for the primary module."""
-        if getattr(self._base.__call__, MARK, False):
+        if self._removed or getattr(self._base.__call__, MARK, False):
             return
         original, adopt = self._original, self._adopt
         timer = self._timer
@@ -104,6 +105,20 @@ class ModuleWatch:
             self._wrap_class(cls)
         return cls.__call__  # type: ignore[no-any-return]
 
+    def remove(self) -> None:
+        """Put every `__call__` back as it was (the watch is off for good)."""
+        self._removed = True
+        self._primary = None
+        if getattr(self._base.__call__, MARK, False):
+            self._base.__call__ = self._original
+        for cls, own in self._wrapped.items():
+            if own is None:
+                with contextlib.suppress(AttributeError):
+                    delattr(cls, "__call__")
+            else:
+                cls.__call__ = own  # type: ignore[method-assign]
+        self._wrapped = {}
+
     def _lost(self, _ref: Any) -> None:
         """The primary module was collected: look for the next one."""
         self._primary = None
@@ -112,6 +127,7 @@ class ModuleWatch:
 
     def _wrap_class(self, cls: type) -> None:
         original = cls.__call__
+        own = cls.__dict__.get("__call__")
         watch, timer, clock = self, self._timer, self._clock
         tensor = self._torch.Tensor
         grad_enabled = self._torch.is_grad_enabled
@@ -139,4 +155,4 @@ class ModuleWatch:
 
         setattr(__call__, MARK, True)
         cls.__call__ = __call__  # type: ignore[method-assign]
-        self._wrapped.add(cls)
+        self._wrapped[cls] = own

@@ -14,7 +14,7 @@ from tests.agent.conftest import attach, online, write_script
 from tests.agent.fakeserver import FakeServer
 
 HAND_WRITTEN_UPDATE = """
-import torch
+import io, torch
 from torch import nn
 
 torch.manual_seed(0)
@@ -36,6 +36,10 @@ for epoch in range(2):
     with torch.no_grad():  # validation: module calls, which must not count as steps
         for _ in range(3):
             criterion(model(torch.randint(0, 50, (4, 5))), torch.randint(0, 50, (4,)))
+    saved = io.BytesIO()
+    torch.save(model, saved)  # the whole module, as word_language_model does
+    saved.seek(0)
+    torch.load(saved, weights_only=False)
 print("batches", batches)
 """
 
@@ -221,3 +225,83 @@ def test_ranks_started_by_mp_spawn_report_as_ranks_and_their_loader_workers_do_n
         for m in body["metrics"] if m["device"] == "host"
     }
     assert host_senders and host_senders.isdisjoint(ranks.values())  # the script's, once
+
+
+HF_TRAINER = """
+import os, sys
+import torch
+from torch.utils.data import Dataset
+from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainingArguments
+from transformers.trainer_callback import PrinterCallback
+
+class Tiny(Dataset):
+    def __len__(self):
+        return 24
+    def __getitem__(self, i):
+        g = torch.Generator().manual_seed(i)
+        ids = torch.randint(0, 100, (8,), generator=g)
+        return {"input_ids": ids, "labels": torch.tensor(i % 2)}
+
+config = BertConfig(vocab_size=100, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                    intermediate_size=32, max_position_embeddings=16)
+args = TrainingArguments(output_dir=sys.argv[1], per_device_train_batch_size=4,
+                         num_train_epochs=2, gradient_accumulation_steps=2, report_to=[],
+                         save_strategy="no", logging_strategy="no", use_cpu=True,
+                         disable_tqdm=True)
+trainer = Trainer(model=BertForSequenceClassification(config), args=args, train_dataset=Tiny())
+trainer.remove_callback(PrinterCallback)
+trainer.train()
+print("global_step", trainer.state.global_step)
+"""
+
+LIGHTNING_TRAINER = """
+import torch, lightning as L
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+class Regressor(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+    def training_step(self, batch, _):
+        x, y = batch
+        return nn.functional.mse_loss(self.net(x), y)
+    def validation_step(self, batch, _):
+        x, y = batch
+        self.log("val", nn.functional.mse_loss(self.net(x), y))
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+data = TensorDataset(torch.randn(40, 8), torch.randn(40, 1))
+trainer = L.Trainer(max_epochs=2, accelerator="cpu", devices=1, logger=False,
+                    enable_checkpointing=False, enable_progress_bar=False,
+                    enable_model_summary=False)
+trainer.fit(Regressor(), DataLoader(data, batch_size=8), DataLoader(data, batch_size=8))
+print("global_step", trainer.global_step)
+"""
+
+
+@pytest.mark.timeout(240)
+def test_a_hugging_face_trainer_with_gradient_accumulation_counts_its_optimizer_steps(
+    tmp_path: Path, server: FakeServer, agent_env: dict[str, str]
+) -> None:
+    path = write_script(tmp_path, HF_TRAINER)
+    env = {**agent_env, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    result = attach(
+        [*online(server), "--", sys.executable, str(path), str(tmp_path / "out")], env, 180
+    )
+    assert (result.returncode, result.stdout) == (0, "global_step 6\n"), result.stderr
+    assert server.store.steps() == list(range(6))  # 12 backwards, 6 optimizer steps
+    facts = server.store.facts()
+    assert (facts["steps.source"], facts["workload.kind"]) == ("optimizer", "training")
+    assert set(server.store.metric("rank:0", "step.batch_size")) == {4.0}
+
+
+@pytest.mark.timeout(240)
+def test_a_lightning_trainer_counts_its_optimizer_steps_not_its_validation_batches(
+    tmp_path: Path, server: FakeServer, agent_env: dict[str, str]
+) -> None:
+    assert _ran(LIGHTNING_TRAINER, tmp_path, server, agent_env) == "global_step 10\n"
+    assert server.store.steps() == list(range(10))
+    facts = server.store.facts()
+    assert (facts["steps.source"], facts["workload.kind"]) == ("optimizer", "training")
