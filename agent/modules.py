@@ -30,7 +30,7 @@ MARK = "__perf_agent_wrapped__"
 def leading_dimension(value: Any, tensor: Any) -> int | None:
     """The first dimension of `value` if a tensor, else of the first tensor one level in."""
     if isinstance(value, tensor):
-        return int(value.shape[0]) if value.dim() else None
+        return value.size(0) if value.ndim else None  # type: ignore[no-any-return]
     if isinstance(value, (list, tuple)):
         items: Any = value
     elif isinstance(value, dict):
@@ -39,7 +39,7 @@ def leading_dimension(value: Any, tensor: Any) -> int | None:
         return None
     for item in items:
         if isinstance(item, tensor):
-            return int(item.shape[0]) if item.dim() else None
+            return item.size(0) if item.ndim else None  # type: ignore[no-any-return]
     return None
 
 
@@ -50,7 +50,7 @@ def _call_batch(args: tuple[Any, ...], kwargs: dict[str, Any], tensor: Any) -> i
             return size
     for value in kwargs.values():
         if isinstance(value, tensor):
-            return int(value.shape[0]) if value.dim() else None
+            return value.size(0) if value.ndim else None  # type: ignore[no-any-return]
     return None
 
 

@@ -79,8 +79,10 @@ class ProfilerWindows:
             self._open_window(step, steps)
 
     def _due(self, step: int) -> int:
-        with self._lock:
-            requested, self._requested = self._requested, None
+        requested = None
+        if self._requested is not None:  # read without the lock first: this runs every step
+            with self._lock:
+                requested, self._requested = self._requested, None
         if requested:
             return requested
         if not self.scheduled:

@@ -9,10 +9,12 @@ import sys
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from agent import importhook, protocol, torch_state, transport
+from agent.buffer import Sample
 from agent.config import Settings
 from agent.host import HostCollector, HostSource
 from agent.log import log, say_once
@@ -23,6 +25,7 @@ from agent.steps import StepTimer
 from agent.torch_patches import Counters, TorchPatches
 
 FACTS_EVERY_TICKS = 5
+BATCH_SIZES_HELD = 100_000  # between two ticks; beyond, the oldest go (a bound, not a goal)
 TORCHRUN_MAINS = ("torch.distributed.run", "torch.distributed.launch")
 
 
@@ -59,7 +62,11 @@ class Agent:
             network_work=self._ship_traces, post=post,
         )
         self.sender.rank = self.rank
-        self.timer = StepTimer(self.sender.steps, batch_sink=self._batch_size)
+        self._steps_device = protocol.rank_device(self.rank)
+        # (end time, batch size) of each step: a deque append in the training thread, moved
+        # into the sample buffer on the agent's tick
+        self._batch_sizes: deque[tuple[float, float]] = deque(maxlen=BATCH_SIZES_HELD)
+        self.timer = StepTimer(self.sender.steps, batch_sink=self._batch_sizes.append)
         self.counters = Counters()
         self.patches = TorchPatches(self.timer, self.sender.facts, self.counters)
         # Every process of a run names its devices so that no two share a series.
@@ -101,11 +108,13 @@ class Agent:
         self.timer.finish()
         self.sender.close(self.finish_body, deadline_s)
 
-    def _batch_size(self, wall_time: float, size: float) -> None:
-        """A step's batch size, on the same device as its duration (training thread)."""
-        self.sender.samples.add(
-            protocol.rank_device(self.rank), protocol.STEP_BATCH_SIZE, wall_time, size
-        )
+    def _take_batch_sizes(self) -> list[Sample]:
+        """The steps' batch sizes since the last tick, as samples on the steps' device."""
+        sizes, taken = self._batch_sizes, []
+        while sizes:
+            wall_time, size = sizes.popleft()
+            taken.append((self._steps_device, protocol.STEP_BATCH_SIZE, wall_time, size))
+        return taken
 
     def step(self) -> None:
         """Mark a step boundary by hand (loops without an optimizer, e.g. inference)."""
@@ -167,7 +176,7 @@ class Agent:
             self._first_tick()
             if not self.collecting:
                 return
-        samples = self.process.collect()
+        samples = self.process.collect() + self._take_batch_sizes()
         if self.samples_gpus:  # one process per host: the GPUs' and the host's numbers
             samples += self.nvml.collect()
             samples += self.host.collect()

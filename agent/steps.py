@@ -37,7 +37,7 @@ TRAINING_SOURCES = (OPTIMIZER, BACKWARD)
 CONFIRM_EVENTS = {BACKWARD: 64, MODULE: 4, DATALOADER: 4}
 CONFIRM_AFTER_S = {BACKWARD: 120.0, MODULE: 5.0, DATALOADER: 5.0}
 
-BatchSink = Callable[[float, float], None]  # (end wall time, batch size)
+BatchSink = Callable[[tuple[float, float]], None]  # gets (end wall time, batch size)
 
 
 @dataclass
@@ -81,6 +81,10 @@ class StepTimer:
         self._primary: int | None = None
         self.fetching = False  # inside a DataLoader `__next__` (its modules are not requests)
         self._fetch_open = False  # a DataLoader batch was handed out and its step is open
+        self._module_batches = False  # a module call gave batch sizes: the loader's are moot
+        # False once DataLoader batches matter neither as steps nor for their size: the
+        # loader wrapper then skips fetch_started/fetch_done altogether
+        self.wants_loader = True
         self.listeners: list[Callable[[int], None]] = []
 
     @property
@@ -93,9 +97,12 @@ class StepTimer:
         """The loop was blocked `seconds` in a DataLoader iterator, from `started`."""
         if not self.active:
             return
-        for chain in (self._chain, self._candidate):
-            if chain is None:
-                continue
+        chain = self._chain
+        if chain.first_fetch is None:
+            chain.first_fetch = started
+        chain.wait += seconds
+        chain = self._candidate  # type: ignore[assignment]
+        if chain is not None:
             if chain.first_fetch is None:
                 chain.first_fetch = started
             chain.wait += seconds
@@ -104,9 +111,15 @@ class StepTimer:
         """The batch size of the current step (a module's input wins over a loader's)."""
         if size is None:
             return
-        for chain in (self._chain, self._candidate):
-            if chain is not None and (from_module or chain.batch is None):
-                chain.batch = size
+        if from_module and not self._module_batches:
+            self._module_batches = True
+            self._update_wants_loader()
+        chain = self._chain
+        if from_module or chain.batch is None:
+            chain.batch = size
+        candidate = self._candidate
+        if candidate is not None and (from_module or candidate.batch is None):
+            candidate.batch = size
 
     def optimizer_stepped(self, optimizer: object) -> None:
         """Optimizer step post-hook: a boundary if it is the primary optimizer's step."""
@@ -142,6 +155,10 @@ class StepTimer:
         self._fetch_open = True
         self.batch_size(size, from_module=False)
 
+    def _update_wants_loader(self) -> None:
+        as_steps = self.source in (None, DATALOADER)
+        self.wants_loader = as_steps or not self._module_batches
+
     def manual_step(self) -> None:
         """`agent.step()`: from now on only explicit calls mark step boundaries."""
         if self.active:
@@ -150,6 +167,9 @@ class StepTimer:
     # ------------------------------------------------------------------ boundaries
     def event(self, source: str, *, started: float | None = None) -> None:
         """One boundary of `source`: counted, held as a candidate, or ignored."""
+        if source == self.source:  # the usual case, first
+            self.boundary(started=started)
+            return
         rank = PREFERENCE[source]
         current = self.source
         if current is not None and rank > PREFERENCE[current]:
@@ -158,6 +178,7 @@ class StepTimer:
             if source != current:
                 self.source = source
                 self._drop_candidate()
+                self._update_wants_loader()
             self.boundary(started=started)
             return
         self._hold(source, started)
@@ -165,10 +186,15 @@ class StepTimer:
     def boundary(self, *, started: float | None = None) -> None:
         """Close the current step and open the next (a counted boundary)."""
         now = self._clock()
-        self.buffer.add(*self._step_of(self._chain, now, started))
-        self._emit_batch(self._chain)
-        self._restart(self._chain, now)
-        self._notify()
+        chain = self._chain
+        index, wall, duration, wait = self._step_of(chain, now, started)
+        self.buffer.add(index, wall, duration, wait)
+        batch = chain.batch
+        if batch is not None and self.batch_sink is not None:
+            self.batch_sink((wall, float(batch)))
+        self._restart(chain, now)
+        if self.listeners:
+            self._notify()
 
     def finish(self) -> None:
         """At exit: a candidate still waiting counts (nothing better came), then stop."""
@@ -205,10 +231,11 @@ class StepTimer:
         if candidate is None:
             return
         self.source = self._candidate_source
+        self._update_wants_loader()
         for wall, duration, wait, batch in candidate.pending:
             self.buffer.add(self.index, wall, duration, wait)
             if batch is not None and self.batch_sink is not None:
-                self.batch_sink(wall, float(batch))
+                self.batch_sink((wall, float(batch)))
             self.index += 1
         candidate.pending = []
         self._chain = candidate
@@ -236,10 +263,6 @@ class StepTimer:
             fed = chain.first_fetch if chain.first_fetch is not None else started
             start = max(start, min(started, fed))
         return self.index, self._wall(), max(0.0, now - start), chain.wait
-
-    def _emit_batch(self, chain: _Chain) -> None:
-        if chain.batch is not None and self.batch_sink is not None:
-            self.batch_sink(self._wall(), float(chain.batch))
 
     def _restart(self, chain: _Chain, now: float) -> None:
         if chain is self._chain:

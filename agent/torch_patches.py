@@ -106,11 +106,12 @@ class TorchPatches:
         def make_next(original: Callable[..., Any]) -> Callable[..., Any]:
             def __next__(self: Any) -> Any:
                 started = clock()
+                if timer.wants_loader:
+                    try:  # noqa: SIM105 - hot path; and an agent bug must not mask StopIteration
+                        timer.fetch_started()
+                    except Exception:  # noqa: BLE001
+                        pass
                 timer.fetching = True
-                try:  # noqa: SIM105 - hot path; and an agent bug must not mask StopIteration
-                    timer.fetch_started()
-                except Exception:  # noqa: BLE001
-                    pass
                 try:
                     batch = original(self)
                 finally:
@@ -119,10 +120,11 @@ class TorchPatches:
                         timer.data_wait(started, clock() - started)
                     except Exception:  # noqa: BLE001
                         pass
-                try:  # noqa: SIM105 - hot path
-                    timer.fetch_done(leading_dimension(batch, tensor))
-                except Exception:  # noqa: BLE001
-                    pass
+                if timer.wants_loader:
+                    try:  # noqa: SIM105 - hot path
+                        timer.fetch_done(leading_dimension(batch, tensor))
+                    except Exception:  # noqa: BLE001
+                        pass
                 return batch
 
             return __next__

@@ -19,7 +19,7 @@ class Clock:
 def _timer() -> tuple[StepTimer, StepBuffer, Clock, list[tuple[float, float]]]:
     buffer, clock, sizes = StepBuffer(), Clock(), []
     timer = StepTimer(
-        buffer, clock=clock, wall=clock, batch_sink=lambda t, v: sizes.append((t, v))
+        buffer, clock=clock, wall=clock, batch_sink=sizes.append
     )
     return timer, buffer, clock, sizes
 
