@@ -305,3 +305,40 @@ def test_a_lightning_trainer_counts_its_optimizer_steps_not_its_validation_batch
     assert server.store.steps() == list(range(10))
     facts = server.store.facts()
     assert (facts["steps.source"], facts["workload.kind"]) == ("optimizer", "training")
+
+
+SPAWNED_POOL = """
+import multiprocessing as mp
+import torch
+from torch import nn
+
+def serve(batch):
+    model = getattr(serve, "model", None)
+    if model is None:
+        model = serve.model = nn.Linear(4, 2).eval()
+    with torch.inference_mode():
+        return model(torch.randn(batch, 4)).shape[0]
+
+if __name__ == "__main__":
+    pool = mp.get_context("spawn").Pool(2)
+    served = sum(pool.map(serve, [3] * 10, chunksize=1))
+    pool.close()
+    pool.join()
+    print("served", served)
+"""
+
+
+@pytest.mark.timeout(240)
+def test_an_inference_pool_of_spawned_workers_reports_each_worker_as_a_rank(
+    tmp_path: Path, server: FakeServer, agent_env: dict[str, str]
+) -> None:
+    assert _ran(SPAWNED_POOL, tmp_path, server, agent_env) == "served 30\n"
+    ranks = {b["rank"]: a for a, b in _workers(server).items() if b["rank"] is not None}
+    assert sorted(ranks) == [0, 1]  # Process-1 and Process-2 of the pool
+    assert sum(len(server.store.steps(agent)) for agent in ranks.values()) == 10
+    for agent_id in ranks.values():
+        assert agent_id in server.store.finishes  # flushed at the end of its bootstrap
+        if server.store.steps(agent_id):
+            assert _facts_of(server, agent_id)["steps.source"] == "module"
+    sizes = [v for rank in ranks for v in server.store.metric(f"rank:{rank}", "step.batch_size")]
+    assert sizes == [3.0] * 10
