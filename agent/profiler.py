@@ -37,6 +37,11 @@ from agent.log import say_once
 
 MAX_WINDOW_STEPS = 50
 COPY_CHUNK_BYTES = 1024 * 1024
+# Closing a window, Kineto turns its records into events: ~1.2 KB of RSS and a few µs each,
+# ~255 bytes each in the exported JSON (measured on torch 2.13 CPU). A window whose JSON
+# passed this budget (~30 MB of RSS at its close) makes the scheduled windows after it
+# shorter in proportion, down to one step.
+TRACE_JSON_BUDGET_BYTES = 6 * 1024 * 1024
 
 
 class ProfilerWindows:
@@ -52,7 +57,8 @@ class ProfilerWindows:
         self._window_started_at_step = 0
         self._window_steps = 0
         self._next_time: float | None = None  # None: waiting for warm-up
-        self._ready: list[tuple[str, Any]] = []  # (name, stopped profile) for the agent thread
+        self._ready: list[tuple[str, Any, int]] = []  # (name, stopped profile, steps)
+        self.steps_per_window = self.settings.profile_steps  # shrinks after a heavy window
         self.windows = 0
         self._unshipped = 0  # windows closed but not yet exported and shipped
         self.scheduled = True  # False: only on-demand windows (e.g. the server has no traces)
@@ -90,9 +96,9 @@ class ProfilerWindows:
         now = self._clock()
         if self._next_time is None:
             if step >= self.settings.profile_warmup_steps:
-                return self.settings.profile_steps
+                return self.steps_per_window
             return 0
-        return self.settings.profile_steps if now >= self._next_time else 0
+        return self.steps_per_window if now >= self._next_time else 0
 
     def _open_window(self, step: int, steps: int) -> None:
         torch = torch_state.imported_torch()
@@ -124,7 +130,7 @@ class ProfilerWindows:
         self._set_fact("profiler.close_ms", started)
         name = f"rank{self.agent.rank or 0}-step{self._window_started_at_step}-{step}"
         with self._lock:
-            self._ready.append((name, profile))
+            self._ready.append((name, profile, self._window_length))
             self._unshipped += 1
         self.windows += 1
 
@@ -140,16 +146,16 @@ class ProfilerWindows:
         """Export, compress and ship finished windows (called on each agent tick)."""
         with self._lock:
             ready, self._ready = self._ready, []
-        for name, profile in ready:
+        for name, profile, steps in ready:
             try:
-                self._ship(name, profile)
+                self._ship(name, profile, steps)
             except Exception as exc:  # noqa: BLE001
                 say_once("profile-ship", "a profiler trace could not be shipped: %s", exc)
             finally:
                 with self._lock:
                     self._unshipped -= 1
 
-    def _ship(self, name: str, profile: Any) -> None:
+    def _ship(self, name: str, profile: Any, steps: int) -> None:
         facts = self.agent.sender.facts
         started = time.perf_counter()
         json_path = _temporary(".json")
@@ -159,6 +165,7 @@ class ProfilerWindows:
             profile.kineto_results = None  # Kineto's copy of the events goes now
             profile._function_events = None
             self._set_fact("profiler.export_ms", started)
+            self._fit_window(os.path.getsize(json_path), steps)
             if os.path.getsize(json_path) > self.settings.profile_max_bytes * 20:
                 facts.set("profiler.skipped_too_large", name)  # JSON compresses ~10-20x
                 return
@@ -179,6 +186,15 @@ class ProfilerWindows:
         where = traces.deliver(self.agent, name, data)
         facts.set("profiler.windows", self.windows)
         facts.set("profiler.last_trace", f"{name} ({where})")
+
+    def _fit_window(self, json_bytes: int, steps: int) -> None:
+        """Shorten later scheduled windows when this one's events passed the budget."""
+        if json_bytes <= TRACE_JSON_BUDGET_BYTES:
+            return
+        fitted = max(1, int(steps * TRACE_JSON_BUDGET_BYTES / json_bytes))
+        if fitted < self.steps_per_window:
+            self.steps_per_window = fitted
+            self.agent.sender.facts.set("profiler.window_steps", fitted)
 
     def close(self) -> None:
         """At exit: end an open window (its trace is dropped) and ship what is ready."""

@@ -114,3 +114,24 @@ def test_an_inference_window_stays_on_kineto_and_says_what_each_part_cost(
         facts.update(json.loads(gzip.decompress(batch.read_bytes()))["facts"])
     for part in ("open_ms", "close_ms", "export_ms"):
         assert isinstance(facts[f"profiler.{part}"], float)
+
+
+def test_a_window_heavier_than_the_budget_makes_the_next_scheduled_windows_shorter() -> None:
+    from types import SimpleNamespace
+
+    from agent.buffer import FactBuffer
+    from agent.config import Settings
+    from agent.profiler import TRACE_JSON_BUDGET_BYTES, ProfilerWindows
+
+    facts = FactBuffer()
+    agent = SimpleNamespace(
+        settings=Settings(profile_steps=5), timer=SimpleNamespace(listeners=[]),
+        sender=SimpleNamespace(facts=facts),
+    )
+    windows = ProfilerWindows(agent)
+    windows._fit_window(TRACE_JSON_BUDGET_BYTES, 5)  # on budget: unchanged
+    assert windows.steps_per_window == 5
+    windows._fit_window(2 * TRACE_JSON_BUDGET_BYTES + 1, 5)  # twice the events per step
+    assert windows.steps_per_window == 2 and facts.snapshot()["profiler.window_steps"] == 2
+    windows._fit_window(40 * TRACE_JSON_BUDGET_BYTES, 2)
+    assert windows.steps_per_window == 1  # never below one step
