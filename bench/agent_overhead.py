@@ -102,7 +102,38 @@ INFERENCE_LOOP = textwrap.dedent(
     """
     + REPORT
 )
-LOOPS = {"training": LOOP, "inference": INFERENCE_LOOP}
+INPUT_BOUND_LOOP = textwrap.dedent(
+    """
+    import json, os, sys, time
+    import torch
+    from torch import nn
+    from torch.utils.data import DataLoader, Dataset
+
+    steps, warm = int(sys.argv[1]), 30  # warm: WARM in the benchmark
+
+    class Augmented(Dataset):  # many small tensor ops per sample, in the main process
+        def __len__(self):
+            return 10**6
+        def __getitem__(self, i):
+            x = torch.zeros(64)
+            for k in range(20):
+                x = x + k
+            return x
+
+    loader = DataLoader(Augmented(), batch_size=32, num_workers=0)
+    model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 1)).eval()
+    times = []
+    it = iter(loader)
+    with torch.inference_mode():
+        for step in range(steps + warm):
+            t0 = time.perf_counter()
+            model(next(it)).argmax()
+            times.append(time.perf_counter() - t0)
+    """
+    + REPORT
+)
+LOOPS = {"training": LOOP, "inference": INFERENCE_LOOP, "input-bound": INPUT_BOUND_LOOP}
+DEFAULT_WORKLOADS = "training,inference"
 
 MODES: dict[str, dict[str, str]] = {
     "baseline": {},
@@ -348,21 +379,26 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--modes", default=",".join(MODES))
-    parser.add_argument("--workloads", default=",".join(LOOPS))
+    parser.add_argument("--workloads", default=DEFAULT_WORKLOADS, help=",".join(LOOPS))
+    parser.add_argument("--skip-micro", action="store_true", help="no breakdown, no A/B")
     parser.add_argument("--micro-only", action="store_true", help="only the cost breakdown")
     parser.add_argument("--blocks-only", action="store_true", help="only the in-process A/B")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "agent_overhead.json"))
     args = parser.parse_args()
     modes, workloads = args.modes.split(","), args.workloads.split(",")
-    results = {w: {m: [] for m in modes} for w in workloads}
+    Runs = dict[str, list[dict[str, Any]]]
+    results: dict[str, Runs] = {w: {m: [] for m in modes} for w in workloads}
     with tempfile.TemporaryDirectory() as tmp:
-        costs = micro(tmp)
-        inference_costs = micro(tmp, MICRO_INFERENCE)
-        print(json.dumps({"micro": costs, "micro_inference": inference_costs}), file=sys.stderr,
-              flush=True)
+        costs = inference_costs = blocks = None
+        if not args.skip_micro:
+            costs = micro(tmp)
+            inference_costs = micro(tmp, MICRO_INFERENCE)
+            print(json.dumps({"micro": costs, "micro_inference": inference_costs}),
+                  file=sys.stderr, flush=True)
         if args.micro_only:
             return 0
-        blocks = {f"{hz}hz": run_blocks(tmp, ROOT, 1.0 / hz) for hz in (1, 10)}
+        if not args.skip_micro:
+            blocks = {f"{hz}hz": run_blocks(tmp, ROOT, 1.0 / hz) for hz in (1, 10)}
         print(json.dumps({"blocks": blocks}), file=sys.stderr, flush=True)
         if args.blocks_only:
             return 0
@@ -380,15 +416,17 @@ def main() -> int:
     summary["workload"] = first
     for workload in others:
         summary[workload] = summarise(results[workload], args.steps)
-    summary["in_process_ab"] = blocks
-    summary["micro_inference"] = {k: round(v, 4) for k, v in inference_costs.items()}
-    step_s = summary["baseline"]["median_step_ms"] / 1e3
-    summary["micro"] = {
-        **{k: round(v, 4) for k, v in costs.items()},
-        "bound_pct_1hz": round(bound(costs, step_s, 1.0), 4),
-        "bound_pct_10hz": round(bound(costs, step_s, 10.0), 4),
-    }
+    if costs is not None and inference_costs is not None:
+        summary["in_process_ab"] = blocks
+        summary["micro_inference"] = {k: round(v, 4) for k, v in inference_costs.items()}
+        step_s = summary["baseline"]["median_step_ms"] / 1e3
+        summary["micro"] = {
+            **{k: round(v, 4) for k, v in costs.items()},
+            "bound_pct_1hz": round(bound(costs, step_s, 1.0), 4),
+            "bound_pct_10hz": round(bound(costs, step_s, 10.0), 4),
+        }
     summary["config"] = {
+        "workloads": workloads,
         "runs": args.runs,
         "steps": args.steps,
         "cpus": os.cpu_count(),
