@@ -31,7 +31,6 @@ MANUAL, OPTIMIZER, BACKWARD, MODULE, DATALOADER = (
 )
 SOURCES = (MANUAL, OPTIMIZER, BACKWARD, MODULE, DATALOADER)  # best first
 PREFERENCE = {name: rank for rank, name in enumerate(SOURCES)}
-TRAINING_SOURCES = (OPTIMIZER, BACKWARD)
 # A candidate waits for this many boundaries (or seconds) before it counts; a backward
 # waits longer, since gradient accumulation runs several backwards per optimizer step.
 CONFIRM_EVENTS = {BACKWARD: 64, MODULE: 4, DATALOADER: 4}
@@ -40,7 +39,7 @@ CONFIRM_AFTER_S = {BACKWARD: 120.0, MODULE: 5.0, DATALOADER: 5.0}
 BatchSink = Callable[[tuple[float, float]], None]  # gets (end wall time, batch size)
 
 
-@dataclass
+@dataclass(slots=True)
 class _Chain:
     """Where the current step of one source started, and what it waited for data."""
 
