@@ -5,23 +5,23 @@ from __future__ import annotations
 import os
 import sys
 
+from agent import spawned
 from agent.config import ENV_DISABLE, ENV_LAUNCHED
 
 TORCHRUN_MODULES = ("torch.distributed.run", "torch.distributed.launch")
 
 
 def should_start(argv: list[str] | None = None) -> bool:
-    """False for processes that are not the job itself: torchrun's launcher, spawned workers.
+    """False for processes that are not the job itself: torchrun's launcher, spawned children
+    (which decide later, see agent/spawned.py), multiprocessing's helpers.
 
     `argv` is the interpreter's original command line (`sys.orig_argv`).
     """
     argv = list(getattr(sys, "orig_argv", sys.argv)) if argv is None else argv
-    if os.environ.get(ENV_DISABLE, "").strip().lower() in ("1", "true", "yes", "on"):
-        return False
-    if not os.environ.get(ENV_LAUNCHED):
+    if not _launched():
         return False
     if "--multiprocessing-fork" in argv:
-        return False  # a multiprocessing spawn child (a DataLoader worker)
+        return False  # a spawn child: a rank or a DataLoader worker, told at its bootstrap
     if "-c" in argv:
         code = argv[argv.index("-c") + 1] if argv.index("-c") + 1 < len(argv) else ""
         if "multiprocessing" in code:
@@ -34,9 +34,18 @@ def should_start(argv: list[str] | None = None) -> bool:
     return not any(name in ("torchrun", "torch-run") for name in scripts)
 
 
+def _launched() -> bool:
+    """Started by `perf-agent attach`, and not switched off."""
+    if os.environ.get(ENV_DISABLE, "").strip().lower() in ("1", "true", "yes", "on"):
+        return False
+    return bool(os.environ.get(ENV_LAUNCHED))
+
+
 def start_from_env() -> None:
     """Attach from PERF_AGENT_* variables when this process should report."""
     if not should_start():
+        if _launched() and spawned.running_in_spawned_child():
+            spawned.install()  # a rank or a DataLoader worker: known once its target is
         return
     import agent
     from agent import knobs  # optimisation jobs: knobs + PERF_AGENT_MAX_STEPS (docs/jobs.md)

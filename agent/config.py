@@ -67,6 +67,7 @@ class Settings:
     profile_every_s: float = 1800.0
     profile_steps: int = 5
     profile_max_bytes: int = 50 * 1024 * 1024
+    rank: int | None = None  # a spawned rank's index (torchrun ranks come from RANK instead)
 
     @property
     def online(self) -> bool:

@@ -68,6 +68,10 @@ METRICS: dict[str, str] = {
     "torch.cuda_peak": "bytes",
     "step.duration": "s",
     "step.data_wait": "s",
+    "step.batch_size": "samples",  # device `rank:N`: one value per step/request, at its end
+    "host.cpu_percent": "%",  # device `host`: every process on the host, % of all its cores
+    "host.memory_used": "bytes",  # device `host`: MemTotal - MemAvailable
+    "host.memory_total": "bytes",
 }
 
 # Features a server lists in its answer to `start`; an agent uses one only once listed, so a
@@ -116,6 +120,7 @@ def unpack_floats(text: str) -> list[float]:
 
 STEP_DURATION = "step.duration"
 STEP_DATA_WAIT = "step.data_wait"
+STEP_BATCH_SIZE = "step.batch_size"
 
 
 def rank_device(rank: int | None) -> str:
@@ -161,6 +166,10 @@ class DeviceNaming:
     def workers(self) -> str:
         """The device of this process's DataLoader workers, summed."""
         return "workers" if self.rank is None else f"workers:{self.rank}"
+
+    def host(self) -> str:
+        """The device of the host-wide CPU and memory series (one per node)."""
+        return "host" if self.node is None else f"host:n{self.node}"
 
     def gpu(self, index: int | str) -> str:
         """The device of the GPU with this NVML index on this host."""

@@ -9,11 +9,14 @@ import sys
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from agent import importhook, protocol, torch_state, transport
+from agent.buffer import Sample
 from agent.config import Settings
+from agent.host import HostCollector, HostSource
 from agent.log import log, say_once
 from agent.nvml import NvmlCollector, Query
 from agent.process import ProcessCollector, ProcessSource, child_pids
@@ -22,6 +25,7 @@ from agent.steps import StepTimer
 from agent.torch_patches import Counters, TorchPatches
 
 FACTS_EVERY_TICKS = 5
+BATCH_SIZES_HELD = 100_000  # between two ticks; beyond, the oldest go (a bound, not a goal)
 TORCHRUN_MAINS = ("torch.distributed.run", "torch.distributed.launch")
 
 
@@ -41,6 +45,7 @@ class Agent:
         command: list[str] | None = None,
         nvml_query: Query | None = None,
         process_source: ProcessSource | None = None,
+        host_source: HostSource | None = None,
         post: PostFn = transport.post,
         collect: bool = True,
     ) -> None:
@@ -49,7 +54,7 @@ class Agent:
         self.agent_id = uuid.uuid4().hex
         self.pid = os.getpid()
         self.command = command if command is not None else list(getattr(sys, "orig_argv", sys.argv))
-        self.rank = _env_int("RANK")
+        self.rank = settings.rank if settings.rank is not None else _env_int("RANK")
         self.exit_code: int | None = None
         self.collecting = collect
         self.sender = Sender(
@@ -57,16 +62,24 @@ class Agent:
             network_work=self._ship_traces, post=post,
         )
         self.sender.rank = self.rank
-        self.timer = StepTimer(self.sender.steps)
+        self._steps_device = protocol.rank_device(self.rank)
+        # (end time, batch size) of each step: a deque append in the training thread, moved
+        # into the sample buffer on the agent's tick
+        self._batch_sizes: deque[tuple[float, float]] = deque(maxlen=BATCH_SIZES_HELD)
+        self.timer = StepTimer(self.sender.steps, batch_sink=self._batch_sizes.append)
         self.counters = Counters()
         self.patches = TorchPatches(self.timer, self.sender.facts, self.counters)
         # Every process of a run names its devices so that no two share a series.
         self.naming = protocol.DeviceNaming.from_env(os.environ)
+        if settings.rank is not None:  # a spawned rank: no RANK in its environment
+            self.naming = protocol.DeviceNaming(rank=settings.rank)
         self.process = ProcessCollector(process_source, naming=self.naming)
+        self.host = HostCollector(host_source, device=self.naming.host())
         self.nvml = NvmlCollector(nvml_query, pids=self._job_pids, naming=self.naming)
         # In a torchrun job every rank sees every GPU of its host: one of them (local rank 0)
         # samples them all, instead of each rank sending the same numbers again.
-        self.samples_gpus = _env_int("LOCAL_RANK") in (None, 0)
+        # A spawned rank leaves them to the process that spawned it (which has an agent too).
+        self.samples_gpus = _env_int("LOCAL_RANK") in (None, 0) and settings.rank is None
         self.profiler: Any = None
         self._ticks = 0
         self._closed = False
@@ -92,8 +105,16 @@ class Agent:
             self.exit_code = exit_code
         if self.profiler is not None:
             self.profiler.close()
-        self.timer.active = False
+        self.timer.finish()
         self.sender.close(self.finish_body, deadline_s)
+
+    def _take_batch_sizes(self) -> list[Sample]:
+        """The steps' batch sizes since the last tick, as samples on the steps' device."""
+        sizes, taken = self._batch_sizes, []
+        while sizes:
+            wall_time, size = sizes.popleft()
+            taken.append((self._steps_device, protocol.STEP_BATCH_SIZE, wall_time, size))
+        return taken
 
     def step(self) -> None:
         """Mark a step boundary by hand (loops without an optimizer, e.g. inference)."""
@@ -155,9 +176,10 @@ class Agent:
             self._first_tick()
             if not self.collecting:
                 return
-        samples = self.process.collect()
-        if self.samples_gpus:
+        samples = self.process.collect() + self._take_batch_sizes()
+        if self.samples_gpus:  # one process per host: the GPUs' and the host's numbers
             samples += self.nvml.collect()
+            samples += self.host.collect()
         torch = torch_state.imported_torch() if self.patches.installed else None
         if torch is not None:
             samples += torch_state.cuda_memory(torch, time.time(), self.naming)
@@ -165,6 +187,7 @@ class Agent:
                 self.sender.facts.update(
                     torch_state.dynamic_facts(torch, self.counters, self.timer.index)
                 )
+                self.sender.facts.update(torch_state.step_facts(self.timer))
         self.sender.samples.extend(samples)
 
     def _ship_traces(self) -> None:
@@ -179,6 +202,7 @@ class Agent:
             self.abandon()  # the torchrun launcher itself: its ranks report
             return
         if self.samples_gpus:
+            self.sender.facts.set("host.cpu_count", os.cpu_count())
             self.sender.facts.update(self.nvml.facts())
             self.sender.devices = self.nvml.devices()
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from agent.buffer import FactBuffer
 from agent.log import say_once
+from agent.modules import ModuleWatch, leading_dimension
 from agent.steps import StepTimer
 from agent.training_facts import TrainingThreadFacts
 
@@ -59,6 +60,7 @@ class TorchPatches:
         self.installed = False
         self._handles: list[Any] = []
         self.training = TrainingThreadFacts(facts)
+        self._module_watch: ModuleWatch | None = None
 
     def install(self, torch: Any) -> None:
         """Install every hook; each one that fails is skipped with one log line."""
@@ -71,6 +73,7 @@ class TorchPatches:
             self._dataloader,
             self._cuda_counters,
             self._backward,
+            self._modules,
             self._autocast,
             self._grad_scaler,
             self._parallel,
@@ -98,17 +101,31 @@ class TorchPatches:
         module = importlib.import_module("torch.utils.data.dataloader")
         timer, clock = self.timer, time.perf_counter
         record_loader = self._record_loader
+        tensor = torch.Tensor
 
         def make_next(original: Callable[..., Any]) -> Callable[..., Any]:
             def __next__(self: Any) -> Any:
                 started = clock()
+                if timer.wants_loader:
+                    try:  # noqa: SIM105 - hot path; and an agent bug must not mask StopIteration
+                        timer.fetch_started()
+                    except Exception:  # noqa: BLE001
+                        pass
+                timer.fetching = True
                 try:
-                    return original(self)
+                    batch = original(self)
                 finally:
+                    timer.fetching = False
                     try:  # noqa: SIM105 - hot path; and an agent bug must not mask StopIteration
                         timer.data_wait(started, clock() - started)
                     except Exception:  # noqa: BLE001
                         pass
+                if timer.wants_loader:
+                    try:  # noqa: SIM105 - hot path
+                        timer.fetch_done(leading_dimension(batch, tensor))
+                    except Exception:  # noqa: BLE001
+                        pass
+                return batch
 
             return __next__
 
@@ -161,20 +178,31 @@ class TorchPatches:
         _wrap(torch.cuda, "synchronize", make_synchronize)
 
     def _backward(self, torch: Any) -> None:
-        """Notes the first backward, then puts the original back: no cost afterwards."""
+        """Every backward pass ends a step when nothing better does (hand-written updates)."""
         autograd = torch.autograd
-        facts = self.facts
+        facts, timer = self.facts, self.timer
+        seen = [False]
 
         def make(original: Callable[..., Any]) -> Callable[..., Any]:
             def backward(*args: Any, **kwargs: Any) -> Any:
-                if getattr(autograd.backward, MARK, False):
-                    autograd.backward = original
-                _guard(facts.set, "training.backward", True)
-                return original(*args, **kwargs)
+                result = original(*args, **kwargs)
+                if not seen[0]:
+                    seen[0] = True
+                    _guard(facts.set, "training.backward", True)
+                try:  # noqa: SIM105 - hot path: a plain try is cheaper than contextlib.suppress
+                    timer.backward_done()
+                except Exception:  # noqa: BLE001
+                    pass
+                return result
 
             return backward
 
         _wrap(autograd, "backward", make)
+
+    def _modules(self, torch: Any) -> None:
+        """Finds the primary outermost module and times its calls (see agent/modules.py)."""
+        self._module_watch = ModuleWatch(torch, self.timer)
+        self._module_watch.install()
 
     def _autocast(self, torch: Any) -> None:
         cls = importlib.import_module("torch.amp.autocast_mode").autocast

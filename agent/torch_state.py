@@ -12,6 +12,7 @@ from typing import Any
 
 from agent.buffer import Sample
 from agent.protocol import DeviceNaming
+from agent.steps import StepTimer
 from agent.torch_patches import Counters
 
 DIST_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
@@ -52,6 +53,18 @@ def static_facts(torch: Any) -> dict[str, Any]:
     for name in DIST_ENV:
         facts[f"env.{name.lower()}"] = os.environ.get(name)
     return {k: v for k, v in facts.items() if v is not None}
+
+
+def step_facts(timer: StepTimer) -> dict[str, Any]:
+    """`steps.source` (the boundary used) and `workload.kind`, once anything was seen."""
+    facts: dict[str, Any] = {}
+    if timer.source is not None:
+        facts["steps.source"] = timer.source
+    if timer.training_seen:
+        facts["workload.kind"] = "training"
+    elif timer.source is not None:
+        facts["workload.kind"] = "inference"
+    return facts
 
 
 def dynamic_facts(torch: Any, counters: Counters, steps: int) -> dict[str, Any]:

@@ -79,3 +79,59 @@ def test_a_server_without_the_trace_endpoint_gets_no_more_windows_and_the_trace_
     # (one more may already be open by the time the first trace's upload hears it)
     assert 1 <= len(kept) <= 2
     assert "kept on disk" in server.store.facts()["profiler.last_trace"]
+
+
+INFER = """
+import sys, time, torch, agent
+agent.attach(offline=sys.argv[1], interval=0.05, flush_interval=0.1, profile=True,
+             profile_warmup_steps=3, profile_steps=2, profile_every_s=3600)
+model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU()).eval()
+with torch.no_grad():
+    for request in range(12):
+        model(torch.randn(4, 32))
+        time.sleep(0.02)
+print("torch._inductor" in sys.modules)
+"""
+
+
+def test_an_inference_window_stays_on_kineto_and_says_what_each_part_cost(
+    tmp_path: Path, agent_env: dict[str, str]
+) -> None:
+    # torch.profiler.profile imports torch._inductor as it prepares: 3.8 s and +72 MB here,
+    # inside the request that opened the window, for a script that never needed it
+    script = write_script(tmp_path, INFER)
+    out = tmp_path / "offline"
+    result = subprocess.run(
+        [sys.executable, str(script), str(out)], env=agent_env, cwd=ROOT,
+        capture_output=True, text=True, timeout=60, check=True,
+    )
+    assert result.stdout == "False\n"
+    traces = list(out.glob("*/*/traces/*.pt.trace.json.gz"))
+    # module calls count once 4 came with nothing better: the window opens at step 4
+    assert [t.name for t in traces] == ["rank0-step4-6.pt.trace.json.gz"]
+    facts: dict[str, object] = {}
+    for batch in sorted(out.glob("*/*/batch-*.json.gz")):
+        facts.update(json.loads(gzip.decompress(batch.read_bytes()))["facts"])
+    for part in ("open_ms", "close_ms", "export_ms"):
+        assert isinstance(facts[f"profiler.{part}"], float)
+
+
+def test_a_window_heavier_than_the_budget_makes_the_next_scheduled_windows_shorter() -> None:
+    from types import SimpleNamespace
+
+    from agent.buffer import FactBuffer
+    from agent.config import Settings
+    from agent.profiler import TRACE_JSON_BUDGET_BYTES, ProfilerWindows
+
+    facts = FactBuffer()
+    agent = SimpleNamespace(
+        settings=Settings(profile_steps=5), timer=SimpleNamespace(listeners=[]),
+        sender=SimpleNamespace(facts=facts),
+    )
+    windows = ProfilerWindows(agent)
+    windows._fit_window(TRACE_JSON_BUDGET_BYTES, 5)  # on budget: unchanged
+    assert windows.steps_per_window == 5
+    windows._fit_window(2 * TRACE_JSON_BUDGET_BYTES + 1, 5)  # twice the events per step
+    assert windows.steps_per_window == 2 and facts.snapshot()["profiler.window_steps"] == 2
+    windows._fit_window(40 * TRACE_JSON_BUDGET_BYTES, 2)
+    assert windows.steps_per_window == 1  # never below one step

@@ -1,0 +1,158 @@
+"""The primary outermost `nn.Module`: one call of it is one request or batch of inference.
+
+The first module called while no other module runs (outside DataLoader fetches, whose
+transforms may be modules) becomes the primary module. Finding it costs one wrapper on
+`nn.Module.__call__` for that first call only; afterwards only the primary's own class is
+wrapped (so every other module runs torch's call unchanged, with no global hook that would
+send every submodule down torch's slow path), and the wrapper returns at once for any other
+instance of that class. No hook is stored on the module itself, so `torch.save(model)` and
+`copy.deepcopy` see nothing of the agent. When the primary module is garbage collected,
+the search starts again for the next one.
+
+Each call of the primary records its batch size (the first dimension of its first tensor
+input); a call in `eval()` or without grad also ends a `module` step (see agent/steps.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+from agent.log import say_once
+from agent.steps import StepTimer
+
+MARK = "__perf_agent_wrapped__"
+
+
+def leading_dimension(value: Any, tensor: Any) -> int | None:
+    """The first dimension of `value` if a tensor, else of the first tensor one level in."""
+    if isinstance(value, tensor):
+        return value.size(0) if value.ndim else None  # type: ignore[no-any-return]
+    if isinstance(value, (list, tuple)):
+        items: Any = value
+    elif isinstance(value, dict):
+        items = value.values()
+    else:
+        return None
+    for item in items:
+        if isinstance(item, tensor):
+            return item.size(0) if item.ndim else None  # type: ignore[no-any-return]
+    return None
+
+
+def _call_batch(args: tuple[Any, ...], kwargs: dict[str, Any], tensor: Any) -> int | None:
+    for value in args:
+        size = leading_dimension(value, tensor)
+        if size is not None:
+            return size
+    for value in kwargs.values():
+        if isinstance(value, tensor):
+            return value.size(0) if value.ndim else None  # type: ignore[no-any-return]
+    return None
+
+
+class ModuleWatch:
+    """Finds the primary module, then times its calls; never raises into the script."""
+
+    def __init__(
+        self, torch: Any, timer: StepTimer, *, clock: Callable[[], float] = time.perf_counter
+    ) -> None:
+        self._torch = torch
+        self._base = torch.nn.Module
+        self._timer = timer
+        self._clock = clock
+        self._original = self._base.__call__
+        self._primary: weakref.ref[Any] | None = None
+        self._wrapped: dict[type, Any] = {}  # class -> its own __call__ before, or None
+        self._depth = 0
+        self._removed = False
+
+    def install(self) -> None:
+        """Start looking for the primary module."""
+        if self._removed or getattr(self._base.__call__, MARK, False):
+            return
+        original, adopt = self._original, self._adopt
+        timer = self._timer
+
+        def __call__(module: Any, *args: Any, **kwargs: Any) -> Any:
+            if timer.fetching:
+                return original(module, *args, **kwargs)
+            try:
+                call = adopt(module)
+            except Exception as exc:  # noqa: BLE001
+                say_once("module-adopt", "cannot time module calls: %s", exc)
+                self._base.__call__ = original
+                return original(module, *args, **kwargs)
+            return call(module, *args, **kwargs)
+
+        setattr(__call__, MARK, True)
+        self._base.__call__ = __call__
+
+    @property
+    def primary(self) -> Any | None:
+        """The primary module, while it lives."""
+        return self._primary() if self._primary is not None else None
+
+    def _adopt(self, module: Any) -> Callable[..., Any]:
+        """`module` is the primary from now on: stop searching, wrap its class."""
+        self._base.__call__ = self._original
+        self._primary = weakref.ref(module, self._lost)
+        cls = type(module)
+        if cls not in self._wrapped:
+            self._wrap_class(cls)
+        return cls.__call__  # type: ignore[no-any-return]
+
+    def remove(self) -> None:
+        """Put every `__call__` back as it was (the watch is off for good)."""
+        self._removed = True
+        self._primary = None
+        if getattr(self._base.__call__, MARK, False):
+            self._base.__call__ = self._original
+        for cls, own in self._wrapped.items():
+            if own is None:
+                with contextlib.suppress(AttributeError):
+                    delattr(cls, "__call__")
+            else:
+                cls.__call__ = own  # type: ignore[method-assign]
+        self._wrapped = {}
+
+    def _lost(self, _ref: Any) -> None:
+        """The primary module was collected: look for the next one."""
+        self._primary = None
+        with contextlib.suppress(Exception):  # a GC callback must never raise
+            self.install()
+
+    def _wrap_class(self, cls: type) -> None:
+        original = cls.__call__
+        own = cls.__dict__.get("__call__")
+        watch, timer, clock = self, self._timer, self._clock
+        tensor = self._torch.Tensor
+        grad_enabled = self._torch.is_grad_enabled
+
+        def __call__(module: Any, *args: Any, **kwargs: Any) -> Any:
+            primary = watch._primary
+            if watch._depth or primary is None or primary() is not module:
+                return original(module, *args, **kwargs)
+            try:  # noqa: SIM105 - hot path: a plain try is cheaper than contextlib.suppress
+                timer.batch_size(_call_batch(args, kwargs, tensor), from_module=True)
+            except Exception:  # noqa: BLE001 - never raise into the script
+                pass
+            started = clock()
+            watch._depth += 1
+            try:
+                result = original(module, *args, **kwargs)
+            finally:
+                watch._depth -= 1
+            try:
+                if not getattr(module, "training", True) or not grad_enabled():
+                    timer.module_called(started)
+            except Exception:  # noqa: BLE001
+                pass
+            return result
+
+        setattr(__call__, MARK, True)
+        cls.__call__ = __call__  # type: ignore[method-assign]
+        self._wrapped[cls] = own
