@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agent.log import say_once
+from agent.model_facts import model_facts
 from agent.steps import StepTimer
 
 MARK = "__perf_agent_wrapped__"
@@ -58,7 +59,12 @@ class ModuleWatch:
     """Finds the primary module, then times its calls; never raises into the script."""
 
     def __init__(
-        self, torch: Any, timer: StepTimer, *, clock: Callable[[], float] = time.perf_counter
+        self,
+        torch: Any,
+        timer: StepTimer,
+        *,
+        clock: Callable[[], float] = time.perf_counter,
+        facts: Any = None,
     ) -> None:
         self._torch = torch
         self._base = torch.nn.Module
@@ -69,6 +75,8 @@ class ModuleWatch:
         self._wrapped: dict[type, Any] = {}  # class -> its own __call__ before, or None
         self._depth = 0
         self._removed = False
+        self._facts = facts  # a FactBuffer: model.* and inference.grad_enabled (model_facts)
+        self._grad_fact: bool | None = None  # last inference.grad_enabled set; True is final
 
     def install(self) -> None:
         """Start looking for the primary module."""
@@ -100,6 +108,8 @@ class ModuleWatch:
         """`module` is the primary from now on: stop searching, wrap its class."""
         self._base.__call__ = self._original
         self._primary = weakref.ref(module, self._lost)
+        if self._facts is not None:
+            self._facts.update(model_facts(self._torch, module))
         cls = type(module)
         if cls not in self._wrapped:
             self._wrap_class(cls)
@@ -125,12 +135,19 @@ class ModuleWatch:
         with contextlib.suppress(Exception):  # a GC callback must never raise
             self.install()
 
+    def _eval_call_recorded(self, recording: bool) -> None:
+        """`inference.grad_enabled`: did an eval-mode call of the primary record autograd."""
+        if self._facts is not None and recording != self._grad_fact:
+            self._facts.set("inference.grad_enabled", recording)
+        self._grad_fact = True if recording else bool(self._grad_fact)
+
     def _wrap_class(self, cls: type) -> None:
         original = cls.__call__
         own = cls.__dict__.get("__call__")
         watch, timer, clock = self, self._timer, self._clock
         tensor = self._torch.Tensor
         grad_enabled = self._torch.is_grad_enabled
+        inference_mode = self._torch.is_inference_mode_enabled
 
         def __call__(module: Any, *args: Any, **kwargs: Any) -> Any:
             primary = watch._primary
@@ -149,6 +166,8 @@ class ModuleWatch:
             try:
                 if not getattr(module, "training", True) or not grad_enabled():
                     timer.module_called(started)
+                if watch._grad_fact is not True and not getattr(module, "training", True):
+                    watch._eval_call_recorded(grad_enabled() and not inference_mode())
             except Exception:  # noqa: BLE001
                 pass
             return result

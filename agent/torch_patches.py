@@ -201,7 +201,7 @@ class TorchPatches:
 
     def _modules(self, torch: Any) -> None:
         """Finds the primary outermost module and times its calls (see agent/modules.py)."""
-        self._module_watch = ModuleWatch(torch, self.timer)
+        self._module_watch = ModuleWatch(torch, self.timer, facts=self.facts)
         self._module_watch.install()
 
     def _autocast(self, torch: Any) -> None:
