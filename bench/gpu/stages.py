@@ -376,8 +376,11 @@ def ab(cfg: Config, budget: Budget, pair: AbPair) -> dict[str, Any]:
         return skipped(f"time budget: {budget.left():.0f} s left, needs ~{cost:.0f} s", **base)
     folder = cfg.work / f"ab-{pair.workload}"
     out = folder / "ab.json"
+    # The engine adds rounds while its interval is too wide to decide; the kit's time budget
+    # is fixed, so it asks for exactly its rounds (an undecided result says inconclusive).
     argv = [
         cfg.python, "-m", "agent.cli", "ab", "--knob", pair.knob, "--rounds", str(cfg.ab_rounds),
+        "--max-rounds", str(cfg.ab_rounds), "--time-budget", f"{cost:.0f}",
         "--steps", str(cfg.ab_steps), "--warmup", str(cfg.ab_warmup), "--format", "json",
         "--quiet", "--",
         *workload_argv(cfg, pair.workload, min_steps=cfg.ab_steps + cfg.ab_warmup + 1000,
