@@ -161,6 +161,9 @@ DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", default="perfweb@localhost")
 REDIS_URL = env_str("REDIS_URL", default="")
 CELERY_BROKER_URL = REDIS_URL or "filesystem://"
 CELERY_RESULT_BACKEND = REDIS_URL or None
+# The queue every task goes to and every worker reads: deployments (or test stacks) that share
+# one Redis keep apart by naming their own.
+CELERY_TASK_DEFAULT_QUEUE = env_str("PERFWEB_CELERY_QUEUE", default="celery")
 CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = (
     # Above the longest task's time limit, so Redis redelivers only tasks whose worker died.
     {"visibility_timeout": 3600}

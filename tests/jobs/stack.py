@@ -2,8 +2,8 @@
 
 A temporary SQLite file that every process shares through DATABASE_URL (this process reads
 it with sqlite3); the server under `manage.py runserver`; a Celery worker on the local Redis,
-on a database index of its own (PERFWEB_JOBS_TEST_REDIS_DB, default 13) so it never trades
-messages with anybody else's worker; `perf-agent attach` runs and a `perf-agent runner`.
+on a queue of its own (PERFWEB_CELERY_QUEUE) so it never trades messages with anybody else's
+worker, even another checkout's test run on the same Redis; `perf-agent attach` runs and a `perf-agent runner`.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import tempfile
 import time
 import urllib.parse
 import urllib.request
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,7 @@ class Stack:
             "DATABASE_URL": f"sqlite:///{self.db_path}",
             "REDIS_URL": f"redis://127.0.0.1:6379/{REDIS_DB}",
             "PERFWEB_DATA_DIR": str(self.dir),
+            "PERFWEB_CELERY_QUEUE": f"perfweb-test-{uuid.uuid4().hex[:12]}",
             "DEBUG": "true",
             "PERFWEB_JOB_CLAIM_TTL": str(claim_ttl_s),
             "PERF_AGENT_LEDGER": str(self.ledger),
@@ -179,18 +181,20 @@ class Stack:
         from celery import Celery
 
         client = Celery(broker=self.env["REDIS_URL"])
-        client.send_task(name, args=list(args))
+        client.send_task(name, args=list(args), queue=self.env["PERFWEB_CELERY_QUEUE"])
         client.close()
 
     def wait_http(self, url: str, deadline_s: float) -> None:
         wait_for_http(url, deadline_s, context=self.logs())
 
     def _flush_broker(self) -> None:
+        """Drops this stack's queue (a shared database is never flushed: other runs use it)."""
+        db, queue = str(REDIS_DB), self.env["PERFWEB_CELERY_QUEUE"]
         try:
             with socket.create_connection(("127.0.0.1", 6379), timeout=2) as sock:
-                db = str(REDIS_DB)
                 sock.sendall(
-                    f"*2\r\n$6\r\nSELECT\r\n${len(db)}\r\n{db}\r\n*1\r\n$7\r\nFLUSHDB\r\n".encode()
+                    f"*2\r\n$6\r\nSELECT\r\n${len(db)}\r\n{db}\r\n"
+                    f"*2\r\n$3\r\nDEL\r\n${len(queue)}\r\n{queue}\r\n".encode()
                 )
                 sock.recv(64)
         except OSError:
