@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,10 @@ def env_list(
     return [item.strip() for item in raw.split(",") if item.strip()]
 
 
+# An optional sign and ASCII digits: int() alone also takes "4_0", "٤" and "²".
+_WHOLE_NUMBER = re.compile(r"[+-]?[0-9]+")
+
+
 def env_int(
     name: str, *, default: int, minimum: int = 0, environ: Mapping[str, str] | None = None
 ) -> int:
@@ -55,10 +60,9 @@ def env_int(
     raw = (os.environ if environ is None else environ).get(name)
     if raw is None or not raw.strip():
         return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ImproperlyConfigured(f"{name} must be a whole number, not {raw!r}") from None
+    if _WHOLE_NUMBER.fullmatch(raw.strip()) is None:
+        raise ImproperlyConfigured(f"{name} must be a whole number, not {raw!r}")
+    value = int(raw.strip(), 10)
     if value < minimum:
         raise ImproperlyConfigured(f"{name} must be at least {minimum}, not {raw!r}")
     return value

@@ -100,7 +100,11 @@ def test_it_uses_redis_when_given(tmp_path: Path) -> None:
     assert result.stdout.split()[0] == "redis://127.0.0.1:6379/5"
 
 
-@pytest.mark.parametrize(("raw", "message"), [("smtp", "a whole number"), ("0", "at least 1")])
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [("smtp", "a whole number"), ("0", "at least 1"), ("2_5", "a whole number"),
+     ("\u0662\u0665", "a whole number"), ("0x19", "a whole number"), ("2.5", "a whole number")],
+)  # fmt: skip
 def test_it_names_the_variable_of_a_bad_whole_number(raw: str, message: str) -> None:
     with pytest.raises(ImproperlyConfigured, match=f"EMAIL_PORT must be {message}"):
         env_int("EMAIL_PORT", default=25, minimum=1, environ={"EMAIL_PORT": raw})
