@@ -17,6 +17,7 @@ from perfweb.fleet import conf
 from perfweb.fleet.models import GpuPrice
 from perfweb.fleet.waste import HOUR, GpuTime, core_hours, gpu_time, kwh
 from perfweb.runs.models import Device, Run
+from recommender.rules.cross_run import REGRESSION_ID
 
 WINDOWS = {"day": 86_400.0, "week": 7 * 86_400.0, "month": 30 * 86_400.0}
 NAMES = ("gpu.utilization", "gpu.memory_used", "gpu.energy", "process.cpu_percent")
@@ -176,8 +177,13 @@ def _prices(runs: list[Run]) -> dict[int, dict[str, float]]:
 
 
 def _top_fixes(runs: list[Run]) -> dict[int, Finding]:
+    """Each run's best-ranked finding that is a fix. A regression against the baseline run
+    says the run got slower, not what to change, so it saves nothing by itself."""
     found: dict[int, Finding] = {}
-    for finding in Finding.objects.filter(run_id__in=[r.id for r in runs]).order_by("rank"):
+    findings = Finding.objects.filter(run_id__in=[r.id for r in runs]).exclude(
+        rule_id=REGRESSION_ID
+    )
+    for finding in findings.order_by("rank"):
         found.setdefault(finding.run_id, finding)
     return found
 

@@ -89,6 +89,21 @@ def test_the_top_fix_says_how_many_gpu_hours_it_would_have_saved(fleet: float, t
     assert report["recoverable_gpu_hours"] == pytest.approx(0.4 * 20 / 3600)
 
 
+def test_a_regression_is_not_the_fix_that_would_have_saved_hours(
+    fleet: float, token: str
+) -> None:
+    from perfweb.diagnostics.models import Finding
+    from perfweb.runs.models import Run
+
+    Finding.objects.filter(rule_id="dataloader.num_workers").update(rank=2)
+    Finding.objects.create(
+        run=Run.objects.get(run_id=GPU_RUN), rule_id="run.regression", rank=1, score=0.6,
+        title="Regressed vs run a", risk="data-path", confidence=0.9, estimated_gain=0.6,
+    )
+    (gpu_run,) = [r for r in waste(token).json()["runs_detail"] if r["run_id"] == GPU_RUN]
+    assert gpu_run["top_fix"]["id"] == "dataloader.num_workers"
+
+
 def test_project_prices_turn_hours_into_money(fleet: float, token: str, project: Any) -> None:
     from perfweb.fleet.services import gpu_price_set
 
