@@ -3,7 +3,8 @@
 A temporary SQLite file that every process shares through DATABASE_URL (this process reads
 it with sqlite3); the server under `manage.py runserver`; a Celery worker on the local Redis,
 on a queue of its own (PERFWEB_CELERY_QUEUE) so it never trades messages with anybody else's
-worker, even another checkout's test run on the same Redis; `perf-agent attach` runs and a `perf-agent runner`.
+worker, even another checkout's test run on the same Redis; `perf-agent attach` runs and a
+`perf-agent runner`.
 """
 
 from __future__ import annotations
