@@ -26,6 +26,7 @@ from agent.model_facts import model_facts
 from agent.steps import StepTimer
 
 MARK = "__perf_agent_wrapped__"
+SHAPE_CALLS = 32  # calls of the primary whose input shapes decide `inference.input_shapes`
 
 
 def leading_dimension(value: Any, tensor: Any) -> int | None:
@@ -77,6 +78,8 @@ class ModuleWatch:
         self._removed = False
         self._facts = facts  # a FactBuffer: model.* and inference.grad_enabled (model_facts)
         self._grad_fact: bool | None = None  # last inference.grad_enabled set; True is final
+        self._shape: Any = None  # the first call's first tensor input shape
+        self._shape_calls = SHAPE_CALLS  # calls left to compare; 0 once the fact is set
 
     def install(self) -> None:
         """Start looking for the primary module."""
@@ -141,6 +144,23 @@ class ModuleWatch:
             self._facts.set("inference.grad_enabled", recording)
         self._grad_fact = True if recording else bool(self._grad_fact)
 
+    def _input_shape_seen(self, args: tuple[Any, ...]) -> None:
+        """`inference.input_shapes`: "varying" at the first call whose first tensor input
+        changes shape, "fixed" after SHAPE_CALLS calls of one shape (cudnn.benchmark)."""
+        tensor = self._torch.Tensor
+        shape = next((tuple(a.shape) for a in args if isinstance(a, tensor)), None)
+        if shape is None:
+            return
+        if self._shape is None:
+            self._shape = shape
+        self._shape_calls -= 1
+        if shape != self._shape or not self._shape_calls:
+            self._shape_calls = 0
+            if self._facts is not None:
+                self._facts.set(
+                    "inference.input_shapes", "fixed" if shape == self._shape else "varying"
+                )
+
     def _wrap_class(self, cls: type) -> None:
         original = cls.__call__
         own = cls.__dict__.get("__call__")
@@ -155,6 +175,8 @@ class ModuleWatch:
                 return original(module, *args, **kwargs)
             try:  # noqa: SIM105 - hot path: a plain try is cheaper than contextlib.suppress
                 timer.batch_size(_call_batch(args, kwargs, tensor), from_module=True)
+                if watch._shape_calls:
+                    watch._input_shape_seen(args)
             except Exception:  # noqa: BLE001 - never raise into the script
                 pass
             started = clock()
