@@ -28,7 +28,8 @@ LINEAR_PARAM_SHARE_MIN = 0.5
 INT8_LINEAR_RECOVERABLE = 0.5
 # Below this mean time per nn.Linear call (µs, outside the profiler) dynamic quantisation's
 # per-call cost (quantising the activations) outweighs the faster GEMM: bench/
-# inference_costs.py measured int8 0.38x at 17 µs per call, 1.22x at 30 µs, 1.85x at 95 µs.
+# inference_costs.py measured int8 at 0.50x at 13 µs per call, 1.21x at 38 µs, 2.2x at
+# 100 µs and 6.7x at 2.1 ms (medians, one CPU thread).
 MIN_LINEAR_CALL_US = 30.0
 FULL_PRECISION = frozenset({"float32", "float16", "bfloat16"})
 # Pruning and distillation: a model this large (parameters, packed int8 weights included) ...

@@ -13,6 +13,7 @@ from recommender.evidence import RunEvidence, Series, StepSample
 from recommender.rules.base import rank_findings
 from recommender.rules.inference import (
     AUTOGRAD_US_PER_OP,
+    CHANNELS_LAST_RECOVERABLE,
     inference_autograd_enabled,
     inference_channels_last,
     inference_dynamic_batching,
@@ -96,7 +97,7 @@ def test_channels_last_gain_comes_from_the_convolutions_traced_share(make_summar
     evidence.traces = [_cpu_trace(make_summary, conv_us=3_000.0, conv_calls=20.0)]
     found = inference_channels_last(evidence)
     assert found is not None and found.gain_basis.startswith("measured")
-    assert found.estimated_gain == pytest.approx(0.6 * 0.4)
+    assert found.estimated_gain == pytest.approx(0.6 * CHANNELS_LAST_RECOVERABLE)
     no_trace = inference_channels_last(_server(**{"model.conv_param_share": 0.99}))
     assert no_trace is not None and no_trace.prior
 
