@@ -84,7 +84,8 @@ def model_quantization(evidence: RunEvidence) -> Finding | None:
         gain = float(linear_share) * INT8_LINEAR_RECOVERABLE
         basis = (
             f"parameters in nn.Linear ({linear_share:.0%}, as a proxy for their time share) x "
-            f"{INT8_LINEAR_RECOVERABLE:.0%} recovered by int8 GEMMs (no CPU trace)"
+            f"{INT8_LINEAR_RECOVERABLE:.0%} recovered by int8 GEMMs "
+            f"({'no CPU trace' if traced is None else 'no nn.Linear call in the trace'})"
         )
         measured = []
     return finding(
