@@ -220,11 +220,15 @@ def test_pruning_and_distillation_stay_quiet_until_the_cheaper_fixes_are_done(
     assert model_pruning(compiled) is not None
 
 
-def test_model_suggestions_rank_after_a_data_path_fix_of_similar_size() -> None:
-    evidence = _server(**{**LARGE_INT8, "inference.grad_enabled": True})
+def test_model_suggestions_rank_after_data_path_and_operator_fixes_of_similar_size() -> None:
+    evidence = _server(**{**LARGE_INT8, "inference.grad_enabled": True,
+                          "model.conv_param_share": 0.6})  # fmt: skip
     autograd = inference_autograd_enabled(evidence)
-    pruning = model_pruning(evidence)
-    assert autograd is not None and pruning is not None
-    pruning.estimated_gain = autograd.estimated_gain * 2  # even twice as large
-    ranked = [f.id for f in rank_findings([pruning, autograd])]
-    assert ranked == ["inference.autograd_enabled", "model.pruning"]
+    channels_last = inference_channels_last(evidence)
+    pruning, distillation = model_pruning(evidence), model_distillation(evidence)
+    assert autograd and channels_last and pruning and distillation
+    for suggestion in (pruning, distillation):  # even twice as large as the others
+        suggestion.estimated_gain = 2 * max(autograd.estimated_gain, channels_last.estimated_gain)
+    ranked = [f.id for f in rank_findings([distillation, pruning, channels_last, autograd])]
+    assert set(ranked[:2]) == {"inference.channels_last", "inference.autograd_enabled"}
+    assert set(ranked[2:]) == {"model.pruning", "model.distillation"}
