@@ -25,11 +25,12 @@ def _model_facts(torch: Any, module: Any) -> dict[str, Any]:
     quantized = False
     for sub in module.modules():
         kind = type(sub)
+        own = sum(p.numel() for p in sub.parameters(recurse=False))
         if "quantized" in kind.__module__:
             quantized = True
-        own = sum(p.numel() for p in sub.parameters(recurse=False))
+            own += _packed_weight_numel(sub)  # packed int8 weights are no parameters
         total += own
-        if kind is nn.Linear:
+        if kind is nn.Linear or ("quantized" in kind.__module__ and kind.__name__ == "Linear"):
             linear += own
         elif isinstance(sub, nn.modules.conv._ConvNd):
             conv += own
@@ -40,6 +41,7 @@ def _model_facts(torch: Any, module: Any) -> dict[str, Any]:
         "model.training": bool(module.training),
         "model.parameters": total,
         "model.quantized": quantized,
+        "model.compiled": type(module).__name__ == "OptimizedModule",  # torch.compile's wrapper
     }
     first = next(iter(module.parameters()), None)
     if first is not None:
@@ -52,6 +54,17 @@ def _model_facts(torch: Any, module: Any) -> dict[str, Any]:
             w.is_contiguous(memory_format=torch.channels_last) for w in conv_weights
         )
     return facts
+
+
+def _packed_weight_numel(module: Any) -> int:
+    """Elements of a quantised module's packed weight (`weight()` on torch.ao's modules)."""
+    weight = getattr(module, "weight", None)
+    if not callable(weight):
+        return 0
+    try:
+        return int(weight().numel())
+    except Exception:  # noqa: BLE001 - a module without a readable packed weight
+        return 0
 
 
 def grad_recording(torch: Any, module: Any) -> bool | None:

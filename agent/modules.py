@@ -11,21 +11,30 @@ the search starts again for the next one.
 
 Each call of the primary records its batch size (the first dimension of its first tensor
 input); a call in `eval()` or without grad also ends a `module` step (see agent/steps.py).
+
+A Hugging Face `generate()` call calls the model once per decoding step: it, not each of
+those calls, is the request. Once `transformers.generation.utils` is imported (by the
+script, never by the agent), `GenerationMixin.generate` is wrapped: a call of it is one
+`module` step with the batch size of its inputs, and the model calls inside it are not.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 import weakref
 from collections.abc import Callable
 from typing import Any
 
+from agent.importhook import when_imported
 from agent.log import say_once
 from agent.model_facts import model_facts
 from agent.steps import StepTimer
 
 MARK = "__perf_agent_wrapped__"
+GENERATION = "transformers.generation.utils"  # defines GenerationMixin.generate
+SHAPE_CALLS = 32  # calls of the primary whose input shapes decide `inference.input_shapes`
 
 
 def leading_dimension(value: Any, tensor: Any) -> int | None:
@@ -77,6 +86,11 @@ class ModuleWatch:
         self._removed = False
         self._facts = facts  # a FactBuffer: model.* and inference.grad_enabled (model_facts)
         self._grad_fact: bool | None = None  # last inference.grad_enabled set; True is final
+        self._shape: Any = None  # the first call's first tensor input shape
+        self._shape_calls = SHAPE_CALLS  # calls left to compare; 0 once the fact is set
+        self._generating = False  # inside a wrapped HF generate(): model calls are not requests
+        self._generate: tuple[Any, Any] | None = None  # (GenerationMixin, its own generate)
+        self._cancel_generate_hook: Callable[[], None] | None = None
 
     def install(self) -> None:
         """Start looking for the primary module."""
@@ -98,6 +112,8 @@ class ModuleWatch:
 
         setattr(__call__, MARK, True)
         self._base.__call__ = __call__
+        if self._cancel_generate_hook is None:
+            self._cancel_generate_hook = when_imported(GENERATION, self._wrap_generate)
 
     @property
     def primary(self) -> Any | None:
@@ -119,6 +135,12 @@ class ModuleWatch:
         """Put every `__call__` back as it was (the watch is off for good)."""
         self._removed = True
         self._primary = None
+        if self._cancel_generate_hook is not None:
+            self._cancel_generate_hook()
+        if self._generate is not None:
+            mixin, own = self._generate
+            mixin.generate = own
+            self._generate = None
         if getattr(self._base.__call__, MARK, False):
             self._base.__call__ = self._original
         for cls, own in self._wrapped.items():
@@ -141,6 +163,53 @@ class ModuleWatch:
             self._facts.set("inference.grad_enabled", recording)
         self._grad_fact = True if recording else bool(self._grad_fact)
 
+    def _input_shape_seen(self, args: tuple[Any, ...]) -> None:
+        """`inference.input_shapes`: "varying" at the first call whose first tensor input
+        changes shape, "fixed" after SHAPE_CALLS calls of one shape (cudnn.benchmark)."""
+        tensor = self._torch.Tensor
+        shape = next((tuple(a.shape) for a in args if isinstance(a, tensor)), None)
+        if shape is None:
+            return
+        if self._shape is None:
+            self._shape = shape
+        self._shape_calls -= 1
+        if shape != self._shape or not self._shape_calls:
+            self._shape_calls = 0
+            if self._facts is not None:
+                self._facts.set(
+                    "inference.input_shapes", "fixed" if shape == self._shape else "varying"
+                )
+
+    def _wrap_generate(self, module: Any) -> None:
+        """Make each `GenerationMixin.generate` call one request (see the module docstring)."""
+        mixin: Any = getattr(module, "GenerationMixin", None)
+        original = getattr(mixin, "generate", None)
+        if self._removed or original is None or getattr(original, MARK, False):
+            return
+        watch, timer, clock, tensor = self, self._timer, self._clock, self._torch.Tensor
+
+        def generate(model: Any, *args: Any, **kwargs: Any) -> Any:
+            if watch._generating:  # a generate inside a generate (assisted decoding)
+                return original(model, *args, **kwargs)
+            started = clock()
+            watch._generating = True
+            try:
+                result = original(model, *args, **kwargs)
+            finally:
+                watch._generating = False
+            try:
+                if watch._primary is not None:  # the model (or its encoder) was called
+                    timer.batch_size(_call_batch(args, kwargs, tensor), from_module=True)
+                    timer.module_called(started)
+            except Exception:  # noqa: BLE001 - never raise into the script
+                pass
+            return result
+
+        functools.update_wrapper(generate, original)
+        setattr(generate, MARK, True)
+        mixin.generate = generate
+        self._generate = (mixin, original)
+
     def _wrap_class(self, cls: type) -> None:
         original = cls.__call__
         own = cls.__dict__.get("__call__")
@@ -151,10 +220,12 @@ class ModuleWatch:
 
         def __call__(module: Any, *args: Any, **kwargs: Any) -> Any:
             primary = watch._primary
-            if watch._depth or primary is None or primary() is not module:
+            if watch._depth or primary is None or primary() is not module or watch._generating:
                 return original(module, *args, **kwargs)
             try:  # noqa: SIM105 - hot path: a plain try is cheaper than contextlib.suppress
                 timer.batch_size(_call_batch(args, kwargs, tensor), from_module=True)
+                if watch._shape_calls:
+                    watch._input_shape_seen(args)
             except Exception:  # noqa: BLE001 - never raise into the script
                 pass
             started = clock()

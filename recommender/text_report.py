@@ -58,9 +58,9 @@ def _idle_causes(trace: TraceSummary) -> str:
     return ", ".join(f"{cause.replace('_', ' ')} {us / idle:.0%}" for cause, us in totals.items())
 
 
-def _finding_lines(position: int, finding: Finding) -> list[str]:
+def _finding_lines(position: int, finding: Finding, *, unit: str = "step") -> list[str]:
     gain = (
-        f"~{finding.estimated_gain:.0%} of step time"
+        f"~{finding.estimated_gain:.0%} of {unit} time"
         if finding.estimated_gain
         else "no time estimate"
     )
@@ -143,7 +143,8 @@ def render_text(report: Report) -> str:
             lines.append(coverage.no_findings_text(traces=bool(report.traces)))
         if report.missing:  # never an all-clear for what could not be judged
             lines.append(
-                "No findings, but this evidence was missing:" if coverage is None
+                "No findings, but this evidence was missing:"
+                if coverage is None
                 else "Not judged, for lack of this evidence:"
             )
             lines += [f"  - {item}" for item in report.missing]
@@ -151,8 +152,9 @@ def render_text(report: Report) -> str:
             lines.append("No findings: nothing in the evidence points at a known bottleneck.")
     else:
         lines.append("Findings, best first:")
+        unit = coverage.unit if coverage is not None else "step"
         for position, finding in enumerate(report.findings, start=1):
-            lines += _finding_lines(position, finding)
+            lines += _finding_lines(position, finding, unit=unit)
         if report.missing:
             lines.append("Not judged, evidence missing:")
             lines += [f"  - {item}" for item in report.missing]

@@ -15,10 +15,11 @@ import orjson
 from recommender.analysis.gpu_time import Temporal
 from recommender.analysis.summary import TraceSummary
 
-FORMAT = 3  # bump when the stored shape changes: older summaries are analysed again
+FORMAT = 4  # bump when the stored shape changes: older summaries are analysed again
 # 2: the operator and kernel tables (recommender.analysis.trace_tables) stored beside it
 # 3: the summary's compile markers, GPU-side step timeline, collectives, training flag and
 #    CPU event count (issue 18)
+# 4: module types' share of the traced time (recommender.analysis.module_time, issue 19)
 
 
 def summary_to_json(

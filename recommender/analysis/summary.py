@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from recommender.analysis import gpu_time, host_device, steps
+from recommender.analysis.module_time import module_time
 from recommender.trace.model import RankTrace
 
 # CPU operators whose presence is evidence for a diagnosis (counted per trace).
@@ -50,6 +51,7 @@ class TraceSummary:
     launch: dict[str, Any]
     tensor_cores: dict[str, float]
     cpu_ops: dict[str, float] = field(default_factory=dict)
+    module_time: dict[str, float] = field(default_factory=dict)  # analysis.module_time
     markers: dict[str, int] = field(default_factory=dict)
     compile: dict[str, float] = field(default_factory=dict)
     step_timeline: dict[str, float] | None = None  # busy/idle inside GPU-side ProfilerSteps
@@ -103,6 +105,7 @@ class TraceSummary:
             "launch": self.launch,
             "tensor_cores": self.tensor_cores,
             "cpu_ops": self.cpu_ops,
+            "module_time": {k: round(v, 3) for k, v in self.module_time.items()},
             "markers": self.markers,
             "compile": self.compile,
             "step_timeline": self.step_timeline,
@@ -132,6 +135,7 @@ def summarize(trace: RankTrace) -> TraceSummary:
         launch=host_device.launch_stats(trace, gpu_time.launch_times(trace.gpu, trace)),
         tensor_cores=host_device.tensor_core_stats(trace),
         cpu_ops=host_device.cpu_op_stats(trace),
+        module_time=module_time(trace),
         markers={op: trace.cpu_op_counts[op] for op in MARKER_OPS if op in trace.cpu_op_counts},
         compile=host_device.compile_stats(trace),
         step_timeline=gpu_time.step_timeline(trace),

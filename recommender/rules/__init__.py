@@ -13,6 +13,7 @@ from recommender.rules import (  # noqa: F401 (importing registers the rules)
     fusion,
     inference,
     memory,
+    model,
     operator,
     system,
 )
@@ -22,10 +23,7 @@ from recommender.rules.sharing import share_overlapping_gains
 log = logging.getLogger(__name__)
 
 # FIXES.md ids no rule covers yet, and why (the signals we have cannot support them).
-UNSUPPORTED = {
-    "model.pruning": "needs an accuracy budget and model-size goals (no fact for it)",
-    "model.distillation": "needs the deployment's size goal (no fact for it)",
-}
+UNSUPPORTED: dict[str, str] = {}
 
 
 def diagnose(evidence: RunEvidence) -> list[Finding]:

@@ -10,7 +10,11 @@ serving: data path (zero risk), operators (a numerics check), then the model (ac
 from __future__ import annotations
 
 import statistics
+from dataclasses import dataclass
 
+import numpy as np
+
+from recommender.analysis.module_time import MODULE_OPS, kind_share, window_requests
 from recommender.coverage import workload_kind
 from recommender.evidence import RunEvidence
 from recommender.inference import BATCH_SIZE
@@ -23,6 +27,67 @@ MIN_REQUESTS = 20  # requests needed before judging how they are served
 BATCHING_RECOVERABLE = 0.5  # share of the idle device assumed recoverable by batching
 QUEUED_BUSY_MIN = 0.5  # the loop inside requests at least this share of the time: requests
 # wait for it (a queue to batch from); a loop that mostly waits for requests has none
+TARGET_BATCH = 8  # the batch the estimates assume dynamic batching gathers
+FIT_MIN_PER_SIZE = 5  # requests of each of two sizes at least, to fit latency to batch size
+DISPATCH_US_PER_OP = 5.0  # fixed framework cost of one CPU operator call (µs), as
+# launch.overhead's DISPATCH_OVERHEAD_US: paid once per call whatever the batch
+FIXED_SHARE_MAX = 0.9  # never claim more of a request than this as fixed per-call cost
+MIN_BATCHING_GAIN = 0.1  # a smaller estimated throughput gain is not worth a serving change
+
+
+@dataclass(frozen=True)
+class TracedRequests:
+    """What a CPU-only profiler window of a serving loop shows (analysis.module_time)."""
+
+    times: dict[str, float]
+    requests: int | None  # requests the window spans (from the agent's window name)
+    source: str  # "trace rank 0"
+
+    @property
+    def per_request_us(self) -> float | None:
+        """Traced time per request (µs, the profiler's own overhead included)."""
+        return self.times["span_us"] / self.requests if self.requests else None
+
+    def per_request(self, key: str) -> float | None:
+        """A count or time of the window divided by the requests it spans."""
+        return self.times.get(key, 0.0) / self.requests if self.requests else None
+
+    def unprofiled(self, latency_s: float | None) -> float:
+        """Factor from traced to real time: the median request latency the agent timed
+        outside the window over the traced time per request (profiling slows every
+        operator), at most 1; 1 when either is unknown."""
+        traced = self.per_request_us
+        if not traced or not latency_s:
+            return 1.0
+        return min(1.0, latency_s * 1e6 / traced)
+
+
+def traced_requests(evidence: RunEvidence) -> TracedRequests | None:
+    """The first CPU-only trace with top-level operators (a GPU trace's CPU side is launch
+    time, not the request's time)."""
+    for trace in evidence.traces:
+        if trace.launch.get("kernels") or not trace.module_time.get("span_us"):
+            continue
+        return TracedRequests(
+            trace.module_time, window_requests(trace.source), f"trace rank {trace.rank}"
+        )
+    return None
+
+
+def module_share_evidence(traced: TracedRequests) -> list[Evidence]:
+    """The module types' shares of the traced time, the largest kinds only."""
+    shares = {kind: kind_share(traced.times, kind) or 0.0 for kind in MODULE_OPS}
+    labels = {
+        "linear": "nn.Linear",
+        "conv": "convolutions",
+        "norm": "normalisation layers",
+        "attention": "attention",
+    }
+    return [
+        Evidence(f"traced time in {labels[kind]}", share, "fraction", traced.source)
+        for kind, share in sorted(shares.items(), key=lambda item: -item[1])
+        if share >= 0.01
+    ]
 
 
 def _device_busy(evidence: RunEvidence) -> tuple[float, str] | None:
@@ -38,10 +103,81 @@ def _device_busy(evidence: RunEvidence) -> tuple[float, str] | None:
     return None
 
 
+@dataclass(frozen=True)
+class BatchingEstimate:
+    """The throughput gain of batching and how it was estimated."""
+
+    gain: float
+    basis: str
+    evidence: list[Evidence]
+
+
+def _fitted_batching(evidence: RunEvidence, median_size: float) -> BatchingEstimate | None:
+    """Requests of several sizes: fit latency = fixed + per-sample x size (least squares)
+    and compare the time per sample at the median size with that at TARGET_BATCH."""
+    sizes = dict(evidence.points(BATCH_SIZE))
+    pairs = [(sizes[s.t], s.duration_s) for s in evidence.steady_steps() if s.t in sizes]
+    counts: dict[float, int] = {}
+    for size, _ in pairs:
+        counts[size] = counts.get(size, 0) + 1
+    if sum(1 for n in counts.values() if n >= FIT_MIN_PER_SIZE) < 2:
+        return None
+    per_sample, fixed = np.polyfit([p[0] for p in pairs], [p[1] for p in pairs], 1)
+    if fixed <= 0 or per_sample < 0:
+        return None
+    now = (fixed + per_sample * median_size) / median_size
+    batched = (fixed + per_sample * TARGET_BATCH) / TARGET_BATCH
+    return BatchingEstimate(
+        gain=1.0 - batched / now,
+        basis=f"measured: latency fitted over {len(pairs)} requests of {len(counts)} sizes "
+        f"({fixed * 1e3:.3f} ms per call + {per_sample * 1e3:.3f} ms per sample); time per "
+        f"sample at a batch of {TARGET_BATCH} against the median batch",
+        evidence=[
+            Evidence("fixed latency per call (fit)", fixed * 1e3, "ms", "metrics (steps)"),
+            Evidence("latency per sample (fit)", per_sample * 1e3, "ms", "metrics (steps)"),
+        ],
+    )
+
+
+def _traced_batching(evidence: RunEvidence) -> BatchingEstimate | None:
+    """A CPU trace of batch-of-one requests: the per-call cost a batch pays once (Python
+    between the operators, measured, plus a fixed dispatch cost per operator) as a share of
+    the request's latency; a batch of TARGET_BATCH pays it once for all its samples."""
+    traced = traced_requests(evidence)
+    latency = evidence.median_step_s()
+    ops = traced.per_request("top_level_ops") if traced else None
+    if traced is None or ops is None or not latency:
+        return None
+    glue = 1.0 - traced.times["top_level_us"] / traced.times["span_us"]
+    dispatch = ops * DISPATCH_US_PER_OP * 1e-6 / latency
+    fixed = min(FIXED_SHARE_MAX, max(0.0, glue) + dispatch)
+    return BatchingEstimate(
+        gain=fixed * (1.0 - 1.0 / TARGET_BATCH),
+        basis=f"measured: per-call cost {fixed:.0%} of a request (trace: {glue:.0%} Python "
+        f"between operators, {ops:.0f} operators x {DISPATCH_US_PER_OP:g} µs dispatch, over "
+        f"the {latency * 1e3:.2f} ms median latency), paid once per batch of {TARGET_BATCH}",
+        evidence=[
+            Evidence("operators per request", ops, "ops", traced.source),
+            Evidence("traced time between operators (Python)", glue, "fraction", traced.source),
+            *module_share_evidence(traced),
+        ],
+    )
+
+
+def _utilisation_batching(share: float, measured: str) -> BatchingEstimate:
+    return BatchingEstimate(
+        gain=(1.0 - share) * BATCHING_RECOVERABLE,
+        basis=f"{measured} measured; {BATCHING_RECOVERABLE:.0%} of its idle share assumed "
+        "recoverable as throughput by batching (a per-request latency cost is not counted)",
+        evidence=[],
+    )
+
+
 @rule("inference.dynamic_batching", risk="model")
 def inference_dynamic_batching(evidence: RunEvidence) -> Finding | None:
     """What: an inference service handles its requests one by one (a batch of one or two
-    samples per call of the model), back to back, while the device it runs on is mostly idle.
+    samples per call of the model), back to back, while its device is mostly idle or its
+    time goes to per-call costs a batch would pay once.
 
     Why: a model call costs nearly the same for one sample as for many until the device is
     saturated; serving one at a time pays the fixed cost (launches, Python, weights read from
@@ -55,32 +191,47 @@ def inference_dynamic_batching(evidence: RunEvidence) -> Finding | None:
     if workload_kind(facts=evidence.facts, steps=len(evidence.steps)) != "inference":
         return None
     sizes = evidence.values(BATCH_SIZE)
-    busy = _device_busy(evidence)
-    if len(sizes) < MIN_REQUESTS or busy is None:
+    if len(sizes) < MIN_REQUESTS:
         return None
     median_size = statistics.median(sizes)
-    share, measured = busy
-    if median_size > ONE_BY_ONE_MAX_SAMPLES or share >= LOW_UTILIZATION_SHARE:
-        return None
     serving = loop_busy_share(evidence)
-    if serving is None or serving < QUEUED_BUSY_MIN:  # nothing waits that a batch could take
+    if median_size > ONE_BY_ONE_MAX_SAMPLES or serving is None or serving < QUEUED_BUSY_MIN:
+        return None  # already batched, or nothing waits that a batch could take
+    busy = _device_busy(evidence)
+    gpu = bool(evidence.values("gpu.utilization"))
+    if gpu and busy is not None and busy[0] >= LOW_UTILIZATION_SHARE:
+        return None  # the GPU is busy: batching has little idle time to fill
+    estimate = _fitted_batching(evidence, median_size)
+    if estimate is None and gpu and busy is not None:
+        estimate = _utilisation_batching(*busy)
+    estimate = estimate or _traced_batching(evidence)
+    if estimate is None and busy is not None and busy[0] < LOW_UTILIZATION_SHARE:
+        estimate = _utilisation_batching(*busy)
+    if estimate is None or estimate.gain < MIN_BATCHING_GAIN:
         return None
+    latency = evidence.median_step_s() or 0.0
+    measured = [Evidence(busy[1], busy[0], "fraction", "metrics")] if busy else []
     return finding(
         "inference.dynamic_batching",
-        title=f"Requests served {median_size:g} sample(s) at a time on a device {share:.0%} busy",
+        title=f"Requests served {median_size:g} sample(s) at a time, back to back: batching "
+        f"~{TARGET_BATCH} would serve ~{1 / (1 - estimate.gain):.1f}x the samples per second",
         confidence=0.5,
-        gain=(1.0 - share) * BATCHING_RECOVERABLE,
-        basis=f"{BATCHING_RECOVERABLE:.0%} of the device's idle share, assumed recoverable as "
-        "throughput by batching (a per-request latency cost is not counted)",
+        gain=estimate.gain,
+        basis=estimate.basis,
         evidence=[
             Evidence("samples per request (median)", median_size, "samples", "metrics (steps)"),
             Evidence("requests", len(sizes), "requests", "metrics (steps)"),
-            Evidence(measured, share, "fraction", "metrics"),
+            Evidence("median request latency", latency * 1e3, "ms", "metrics (steps)"),
+            *measured,
             Evidence("time the loop spends serving", serving, "fraction", "metrics (steps)"),
+            *estimate.evidence,
         ],
         fix=Fix(
-            text="Gather the requests that arrive within a few ms into one batch per model call.",
-            snippet="batch = queue.get_many(max_items=32, timeout_ms=5)  # your server's queue\n"
+            text="Gather the requests that arrive within a few ms into one batch per model "
+            f"call. Trade-off: throughput up to ~{1 / (1 - estimate.gain):.1f}x at a batch of "
+            f"{TARGET_BATCH}, while each request waits up to the gathering window plus one "
+            "batched call (check the latency budget).",
+            snippet="batch = queue.get_many(max_items=8, timeout_ms=5)  # your server's queue\n"
             "outputs = model(torch.stack([r.input for r in batch]))",
         ),
     )
@@ -89,15 +240,19 @@ def inference_dynamic_batching(evidence: RunEvidence) -> Finding | None:
 # Autograd bookkeeping (graph nodes, saved tensors, version counters) on a forward that is
 # never differentiated: a prior share of request time, largest for small requests.
 AUTOGRAD_PRIOR_GAIN = 0.05
+# Measured instead from a CPU trace: operators per request that record autograd x its cost
+# per operator (µs): bench/inference_costs.py measured a median 4.0 µs (1.3-5.8) of CPU time
+# per top-level operator; 3 µs keeps the estimate on the low side.
+AUTOGRAD_US_PER_OP = 3.0
+AUTOGRAD_GAIN_MAX = 0.6  # never claim more of a request than this for autograd
 # A conv net: at least this share of the model's parameters in 4-D (convolution) weights.
 CONV_PARAM_SHARE_MIN = 0.3
 # channels_last on convolution-dominated models (oneDNN on CPU, tensor cores on GPU): prior.
 CHANNELS_LAST_PRIOR_GAIN = 0.1
-# Linear-dominated: at least this share of the parameters in nn.Linear weights.
-LINEAR_PARAM_SHARE_MIN = 0.5
-# int8 GEMMs run about twice as fast as fp32 ones: half of the Linear share is recovered.
-INT8_LINEAR_RECOVERABLE = 0.5
-FULL_PRECISION = frozenset({"float32", "float16", "bfloat16"})
+# Share of the convolutions' time NHWC kernels recover, applied to their measured share of a
+# trace: examples/serving_conv_eager.py's net ran 1.34x faster (1.17-1.68) in channels_last
+# on one CPU thread (bench/inference_costs.py), ~30% of its convolutions' time.
+CHANNELS_LAST_RECOVERABLE = 0.3
 
 
 def is_inference(evidence: RunEvidence) -> bool:
@@ -109,12 +264,12 @@ def is_inference(evidence: RunEvidence) -> bool:
     return evidence.fact("model.training") is False
 
 
-def _workload(evidence: RunEvidence) -> Evidence:
+def workload_evidence(evidence: RunEvidence) -> Evidence:
     kind = evidence.fact("workload.kind") or "inference (eval mode, no backward)"
     return Evidence("workload", str(kind), "", "facts")
 
 
-def _latency(evidence: RunEvidence) -> list[Evidence]:
+def latency_evidence(evidence: RunEvidence) -> list[Evidence]:
     median = evidence.median_step_s()
     if median is None:
         return []
@@ -134,17 +289,18 @@ def inference_autograd_enabled(evidence: RunEvidence) -> Finding | None:
     """
     if not is_inference(evidence) or evidence.fact("inference.grad_enabled") is not True:
         return None
+    gain, basis, measured = _autograd_cost(evidence)
     return finding(
         "inference.autograd_enabled",
         title="Inference runs with autograd recording every request",
         confidence=0.8,
-        gain=AUTOGRAD_PRIOR_GAIN,
-        basis=f"prior: {AUTOGRAD_PRIOR_GAIN:.0%} of request time in autograd bookkeeping "
-        "(no measurement of it in the run)",
+        gain=gain,
+        basis=basis,
         evidence=[
-            _workload(evidence),
+            workload_evidence(evidence),
             Evidence("grad enabled in the model's calls", True, "flag", "facts"),
-            *_latency(evidence),
+            *latency_evidence(evidence),
+            *measured,
         ],
         fix=Fix(
             text="Serve under torch.inference_mode(); outputs are unchanged.",
@@ -152,6 +308,31 @@ def inference_autograd_enabled(evidence: RunEvidence) -> Finding | None:
             knob="inference_mode=true",
         ),
     )
+
+
+def _autograd_cost(evidence: RunEvidence) -> tuple[float, str, list[Evidence]]:
+    """Autograd's share of a request: measured from a CPU trace's operators per request
+    when there is one, else the prior."""
+    traced = traced_requests(evidence)
+    latency = evidence.median_step_s()
+    ops = traced.per_request("autograd_ops") if traced else None
+    if traced is None or ops is None or not latency:
+        basis = (
+            f"prior: {AUTOGRAD_PRIOR_GAIN:.0%} of request time in autograd bookkeeping "
+            "(no CPU profiler trace of the requests to count their operators)"
+        )
+        return AUTOGRAD_PRIOR_GAIN, basis, []
+    cost = ops * AUTOGRAD_US_PER_OP * 1e-6
+    basis = (
+        f"measured: {ops:.0f} operators per request record autograd (trace) x "
+        f"{AUTOGRAD_US_PER_OP:g} µs of bookkeeping each, over the {latency * 1e3:.2f} ms median "
+        "request latency"
+    )
+    evidence_items = [
+        Evidence("operators per request that record autograd", ops, "ops", traced.source),
+        Evidence("autograd bookkeeping per request (estimate)", cost * 1e3, "ms", traced.source),
+    ]
+    return min(AUTOGRAD_GAIN_MAX, cost / latency), basis, evidence_items
 
 
 @rule("inference.channels_last", risk="operator")
@@ -169,66 +350,35 @@ def inference_channels_last(evidence: RunEvidence) -> Finding | None:
         return None
     if conv_share < CONV_PARAM_SHARE_MIN or evidence.fact("model.channels_last") is not False:
         return None
+    traced = traced_requests(evidence)
+    measured = kind_share(traced.times, "conv") if traced else None
+    if traced is not None and measured:
+        gain = measured * CHANNELS_LAST_RECOVERABLE
+        basis = (
+            f"measured: convolutions take {measured:.0%} of the traced time x "
+            f"{CHANNELS_LAST_RECOVERABLE:.0%} recovered by NHWC kernels"
+        )
+        shares = module_share_evidence(traced)
+    else:
+        gain, shares = CHANNELS_LAST_PRIOR_GAIN, []
+        basis = f"prior: {CHANNELS_LAST_PRIOR_GAIN:.0%} from NHWC kernels (no CPU trace)"
     return finding(
         "inference.channels_last",
         title=f"Conv net ({conv_share:.0%} of parameters in convolutions) served in NCHW",
         confidence=0.5,
-        gain=CHANNELS_LAST_PRIOR_GAIN,
-        basis=f"prior: {CHANNELS_LAST_PRIOR_GAIN:.0%} from NHWC convolution kernels",
+        gain=gain,
+        basis=basis,
         evidence=[
-            _workload(evidence),
+            workload_evidence(evidence),
             Evidence("parameters in convolutions", float(conv_share), "fraction", "facts"),
             Evidence("weights in channels_last", False, "flag", "facts"),
-            *_latency(evidence),
+            *latency_evidence(evidence),
+            *shares,
         ],
         fix=Fix(
             text="Convert the model and its inputs to channels_last; check output agreement.",
             snippet="model = model.to(memory_format=torch.channels_last)\n"
             "batch = batch.contiguous(memory_format=torch.channels_last)",
             knob="channels_last=true",
-        ),
-    )
-
-
-@rule("model.quantization", risk="model")
-def model_quantization(evidence: RunEvidence) -> Finding | None:
-    """What: a Linear-dominated model serves inference in full precision.
-
-    Why: int8 dynamic quantisation stores nn.Linear weights in int8 and quantises activations
-    per call: about twice the GEMM speed and a quarter of the weight memory on CPU.
-
-    Fix: `torch.ao.quantization.quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)`.
-    It changes results: measure output agreement (top-1, max difference) on held-out inputs
-    before deploying, and keep sensitive layers (the first and last) in fp32 if it drops.
-    """
-    linear_share = evidence.fact("model.linear_param_share")
-    if not is_inference(evidence) or not isinstance(linear_share, (int, float)):
-        return None
-    if linear_share < LINEAR_PARAM_SHARE_MIN or evidence.fact("model.quantized") is True:
-        return None
-    dtype = evidence.fact("model.dtype")
-    if dtype not in FULL_PRECISION:
-        return None
-    on_cpu = not evidence.uses_cuda()
-    gain = float(linear_share) * INT8_LINEAR_RECOVERABLE
-    return finding(
-        "model.quantization",
-        title=f"Linear-dominated model ({linear_share:.0%} of parameters) served in {dtype}",
-        confidence=0.5 if on_cpu else 0.3,
-        gain=gain,
-        basis=f"parameters in nn.Linear ({linear_share:.0%}, as a proxy for their time share) x "
-        f"{INT8_LINEAR_RECOVERABLE:.0%} recovered by int8 GEMMs",
-        evidence=[
-            _workload(evidence),
-            Evidence("parameters in nn.Linear", float(linear_share), "fraction", "facts"),
-            Evidence("model dtype", str(dtype), "", "facts"),
-            *_latency(evidence),
-        ],
-        fix=Fix(
-            text="Quantise nn.Linear to int8 dynamically. Accuracy warning: this changes "
-            "outputs; verify agreement on held-out inputs before deploying.",
-            snippet="model = torch.ao.quantization.quantize_dynamic(\n"
-            "    model, {torch.nn.Linear}, dtype=torch.qint8\n)",
-            knob="quantize=dynamic" if on_cpu else None,
         ),
     )

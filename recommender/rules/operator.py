@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import statistics
+
 from recommender.analysis.summary import TraceSummary
 from recommender.evidence import RunEvidence
+from recommender.inference import BATCH_SIZE
 from recommender.rules.base import Evidence, Finding, Fix, finding, rule
+from recommender.rules.inference import CONV_PARAM_SHARE_MIN, is_inference
 from recommender.rules.signals import compute_capability
 
 SHORT_KERNEL_SHARE_MIN = 0.5  # fraction of kernels shorter than 10 µs
@@ -25,6 +29,11 @@ CONV_SHARE_MIN = 0.2  # convolution share of kernel time
 CUDNN_AUTOTUNE_GAIN = 0.2  # typical share of conv time cudnn.benchmark saves
 ATTENTION_SHARE_MIN = 0.1  # softmax + batched GEMM share of kernel time
 FUSED_ATTENTION_GAIN = 0.5  # share of that time a fused attention kernel saves
+# GPU inference without a trace, judged from facts and NVML:
+SMALL_BATCH_MAX = 8  # a median request of at most this many samples is a small batch
+SMALL_REQUEST_S = 0.02  # ... and shorter than this (s): launches dominate, not kernels
+GPU_IDLE_MIN = 0.5  # GPU idle share (NVML, median) at or above which the host is the limit
+INFERENCE_AMP_PRIOR = 0.5  # share of fp32 Linear/conv time tensor cores recover (prior)
 
 
 def _gpu_busy_share(trace: TraceSummary) -> float:
@@ -48,7 +57,36 @@ def launch_overhead(evidence: RunEvidence) -> Finding | None:
         found = _gpu_launch_bound(trace) or _cpu_dispatch_bound(trace)
         if found is not None:
             return found
-    return _tiny_steps(evidence)
+    return _tiny_steps(evidence) or _small_gpu_requests(evidence)
+
+
+def _small_gpu_requests(evidence: RunEvidence) -> Finding | None:
+    """Without a trace: GPU inference in small, short requests while NVML shows the GPU
+    mostly idle: the host's launches set the pace, what CUDA Graphs replay at once."""
+    if evidence.traces or not evidence.uses_cuda() or not is_inference(evidence):
+        return None
+    sizes, util = evidence.values(BATCH_SIZE), evidence.values("gpu.utilization")
+    latency = evidence.median_step_s()
+    if not sizes or not util or latency is None:
+        return None
+    batch, idle = statistics.median(sizes), 1.0 - statistics.median(util) / 100.0
+    if batch > SMALL_BATCH_MAX or latency >= SMALL_REQUEST_S or idle < GPU_IDLE_MIN:
+        return None
+    compiled = evidence.fact("model.compiled") is True
+    return _launch_finding(
+        fix=_graphs_fix() if compiled else _gpu_compile_fix(),
+        title=f"Requests of {batch:g} sample(s) in {latency * 1e3:.1f} ms leave the GPU "
+        f"{idle:.0%} idle: capture them as CUDA Graphs",
+        gain=idle * GRAPH_RECOVERABLE,
+        basis=f"measured: GPU idle {idle:.0%} (NVML, median) x {GRAPH_RECOVERABLE:.0%} assumed "
+        "removable by graphs (no trace to split the idle time by cause)",
+        evidence=[
+            Evidence("samples per request (median)", batch, "samples", "metrics (steps)"),
+            Evidence("median request latency", latency * 1e3, "ms", "metrics (steps)"),
+            Evidence("GPU idle (median)", idle, "fraction", "metrics (NVML)"),
+        ],
+        confidence=0.4,
+    )
 
 
 def _gpu_launch_bound(trace: TraceSummary) -> Finding | None:
@@ -225,7 +263,42 @@ def precision_amp(evidence: RunEvidence) -> Finding | None:
                 knob="amp=bf16",
             ),
         )
-    return None
+    return _fp32_gpu_inference(evidence, capability)
+
+
+def _fp32_gpu_inference(evidence: RunEvidence, capability: tuple[int, int]) -> Finding | None:
+    """Without a GPU trace: inference of an fp32 Linear/conv model on a tensor-core GPU."""
+    if any(t.launch.get("kernels") for t in evidence.traces) or not is_inference(evidence):
+        return None
+    dense = float(evidence.fact("model.linear_param_share", 0.0)) + float(
+        evidence.fact("model.conv_param_share", 0.0)
+    )
+    if evidence.fact("model.dtype") != "float32" or dense < 0.5:
+        return None
+    bf16 = capability >= (8, 0)
+    dtype = "bfloat16" if bf16 else "float16"
+    return finding(
+        "precision.amp",
+        title=f"fp32 inference on a GPU with {dtype} tensor cores "
+        f"(compute capability {capability[0]}.{capability[1]})",
+        confidence=0.4,
+        gain=min(1.0, dense) * INFERENCE_AMP_PRIOR,
+        basis=f"prior: {INFERENCE_AMP_PRIOR:.0%} of the Linear/conv time (their parameter share "
+        f"{dense:.0%} as a proxy; no GPU trace to measure kernel time)",
+        evidence=[
+            Evidence("model dtype", "float32", "", "facts"),
+            Evidence("parameters in Linear and convolution layers", dense, "fraction", "facts"),
+            Evidence("compute capability", f"{capability[0]}.{capability[1]}", "", "facts"),
+            Evidence("autocast", False, "flag", "facts"),
+        ],
+        fix=Fix(
+            text=f"Serve under {dtype} autocast (no GradScaler at inference); check output "
+            "agreement before deploying.",
+            snippet=f'with torch.inference_mode(), torch.autocast("cuda", dtype=torch.{dtype}):\n'
+            "    output = model(batch)",
+            knob="amp=bf16" if bf16 else None,
+        ),
+    )
 
 
 @rule("precision.tf32", risk="operator")
@@ -322,8 +395,8 @@ def cudnn_benchmark(evidence: RunEvidence) -> Finding | None:
 
     Fix: `torch.backends.cudnn.benchmark = True` (when input shapes do not change every step).
     """
-    if evidence.fact("cudnn.benchmark") is not False:
-        return None
+    if evidence.fact("cudnn.benchmark") is not False or not evidence.uses_cuda():
+        return None  # cuDNN runs only on CUDA: the flag means nothing to a CPU run
     for trace in evidence.traces:
         conv = trace.tensor_cores.get("conv_share", 0.0)
         if conv < CONV_SHARE_MIN:
@@ -345,7 +418,37 @@ def cudnn_benchmark(evidence: RunEvidence) -> Finding | None:
                 knob="cudnn_benchmark=true",
             ),
         )
-    return None
+    return _fixed_shape_conv_inference(evidence)
+
+
+def _fixed_shape_conv_inference(evidence: RunEvidence) -> Finding | None:
+    """Without a GPU trace: a conv net served on CUDA with one input shape in every call."""
+    conv = evidence.fact("model.conv_param_share")
+    if any(t.launch.get("kernels") for t in evidence.traces) or not is_inference(evidence):
+        return None
+    if not isinstance(conv, (int, float)) or conv < CONV_PARAM_SHARE_MIN:
+        return None
+    if evidence.fact("inference.input_shapes") != "fixed":
+        return None  # varying shapes re-tune per shape: the autotuner may cost more than it saves
+    return finding(
+        "cudnn.benchmark",
+        title=f"Conv net ({conv:.0%} of parameters in convolutions) served on CUDA with fixed "
+        "input shapes and no cuDNN autotuning",
+        confidence=0.4,
+        gain=float(conv) * CUDNN_AUTOTUNE_GAIN,
+        basis=f"prior: {CUDNN_AUTOTUNE_GAIN:.0%} of the convolution time (their parameter share "
+        f"{conv:.0%} as a proxy; no GPU trace to measure it)",
+        evidence=[
+            Evidence("parameters in convolutions", float(conv), "fraction", "facts"),
+            Evidence("input shapes of the model's calls", "fixed", "", "facts"),
+            Evidence("cudnn.benchmark", False, "flag", "facts"),
+        ],
+        fix=Fix(
+            text="Let cuDNN benchmark its convolution algorithms once for the fixed shape.",
+            snippet="torch.backends.cudnn.benchmark = True",
+            knob="cudnn_benchmark=true",
+        ),
+    )
 
 
 @rule("attention.fused", risk="operator")

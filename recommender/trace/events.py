@@ -80,6 +80,8 @@ class EventSink:
         self.host_ts, self.host_dur = array("d"), array("d")
         self.host_corr, self.host_name = array("q"), array("i")
         self.cpu_ts, self.cpu_dur, self.cpu_class = array("d"), array("d"), array("b")
+        self.cpu_name = array("i")
+        self.cpu_names: dict[str, int] = {}
         self.gpu_names: dict[str, int] = {}
         self.gpu_name_types: list[int] = []
         self.runtime_names: dict[str, int] = {}
@@ -191,9 +193,13 @@ class EventSink:
             self.backward_ops += 1
         if cpu_class == CPU_OP:
             self.cpu_op_counts[name] = self.cpu_op_counts.get(name, 0) + 1
+        name_id = self.cpu_names.get(name)
+        if name_id is None:
+            name_id = self.cpu_names[name] = len(self.cpu_names)
         self.cpu_ts.append(ts)
         self.cpu_dur.append(dur)
         self.cpu_class.append(cpu_class)
+        self.cpu_name.append(name_id)
 
     def _optimizer_steps(self) -> list[tuple[int, float, float]]:
         """Without ProfilerStep markers, a step ends where each Optimizer.step ends."""
@@ -237,6 +243,7 @@ class EventSink:
             ts=rel(self.cpu_ts),
             dur=_np(self.cpu_dur, np.float64),
             cpu_class=_np(self.cpu_class, np.int8),
+            name_id=_np(self.cpu_name, np.int32),
         )
         steps_from_profiler = bool(self.steps)
         raw_steps = self.steps if self.steps else self._optimizer_steps()
@@ -253,6 +260,7 @@ class EventSink:
             steps=steps,
             gpu_names=list(self.gpu_names),
             runtime_names=list(self.runtime_names),
+            cpu_names=list(self.cpu_names),
             cpu_op_counts=self.cpu_op_counts,
             fractional_timestamps=self.prefix_cut,
             steps_from_profiler=steps_from_profiler,

@@ -87,6 +87,7 @@ class CpuIntervals:
     ts: np.ndarray  # float64 µs
     dur: np.ndarray  # float64 µs
     cpu_class: np.ndarray  # int8, CPU_*
+    name_id: np.ndarray  # int32, index into RankTrace.cpu_names
 
     def __len__(self) -> int:
         return int(self.ts.shape[0])
@@ -115,6 +116,7 @@ class RankTrace:
     steps: list[Step]
     gpu_names: list[str]
     runtime_names: list[str]
+    cpu_names: list[str] = field(default_factory=list)  # CPU operator and annotation names
     cpu_op_counts: dict[str, int] = field(default_factory=dict)
     world_size: int | None = None
     backend: str | None = None

@@ -54,3 +54,16 @@ def test_it_tells_whether_an_eval_call_records_autograd() -> None:
 
 def test_it_gives_no_facts_for_something_it_cannot_read() -> None:
     assert model_facts(torch, object()) == {}
+
+
+def test_it_counts_a_quantized_models_packed_int8_weights() -> None:
+    quantized = torch.ao.quantization.quantize_dynamic(_mlp().eval(), {torch.nn.Linear})
+    facts = model_facts(torch, quantized)
+    assert facts["model.parameters"] >= 64 * 256 + 256 * 8  # packed weights are no parameters
+    assert facts["model.linear_param_share"] > 0.99
+
+
+def test_it_sees_a_compiled_model() -> None:
+    assert model_facts(torch, _mlp())["model.compiled"] is False
+    compiled = torch.compile(_mlp())  # wrapping only: nothing compiles before a call
+    assert model_facts(torch, compiled)["model.compiled"] is True

@@ -70,3 +70,38 @@ def test_when_the_primary_is_collected_the_next_outermost_module_takes_over(
     second = nn.Linear(4, 2)
     second(torch.randn(1, 4))
     assert watch.primary is second
+
+
+class Facts:
+    """The FactBuffer's `set`/`update`, recorded."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, object] = {}
+
+    def set(self, key: str, value: object) -> None:
+        self.values[key] = value
+
+    def update(self, values: dict[str, object]) -> None:
+        self.values.update(values)
+
+
+def _shapes_fact(shapes: list[tuple[int, ...]]) -> object:
+    facts = Facts()
+    watch = ModuleWatch(torch, StepTimer(StepBuffer()), facts=facts)
+    watch.install()
+    try:
+        net = Net().eval()
+        with torch.inference_mode():
+            for shape in shapes:
+                net(torch.randn(*shape))
+    finally:
+        watch.remove()
+    return facts.values.get("inference.input_shapes")
+
+
+def test_it_tells_fixed_input_shapes_from_varying_ones() -> None:
+    from agent.modules import SHAPE_CALLS
+
+    assert _shapes_fact([(8, 4)] * SHAPE_CALLS) == "fixed"
+    assert _shapes_fact([(8, 4)] * (SHAPE_CALLS - 1)) is None  # too few calls to say
+    assert _shapes_fact([(8, 4), (8, 4), (3, 4)] + [(8, 4)] * SHAPE_CALLS) == "varying"

@@ -342,3 +342,29 @@ def test_an_inference_pool_of_spawned_workers_reports_each_worker_as_a_rank(
             assert _facts_of(server, agent_id)["steps.source"] == "module"
     sizes = [v for rank in ranks for v in server.store.metric(f"rank:{rank}", "step.batch_size")]
     assert sizes == [3.0] * 10
+
+
+HF_GENERATE = """
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
+
+torch.manual_seed(0)
+config = GPT2Config(n_layer=1, n_head=2, n_embd=32, vocab_size=64, n_positions=64)
+model = GPT2LMHeadModel(config).eval()
+prompts = torch.randint(0, 64, (3, 5))
+for _ in range(6):  # six requests of 3 prompts, 8 new tokens each
+    out = model.generate(prompts, max_new_tokens=8, min_new_tokens=8, do_sample=False,
+                         pad_token_id=0)
+print("generated", tuple(out.shape))
+"""
+
+
+def test_each_hugging_face_generate_call_is_one_request_not_one_per_token(
+    tmp_path: Path, server: FakeServer, agent_env: dict[str, str]
+) -> None:
+    assert _ran(HF_GENERATE, tmp_path, server, agent_env) == "generated (3, 13)\n"
+    assert server.store.steps() == list(range(6))  # not 6 x 8 decoding steps
+    facts = server.store.facts()
+    assert (facts["steps.source"], facts["workload.kind"]) == ("module", "inference")
+    assert facts["model.class"] == "GPT2LMHeadModel"
+    assert server.store.metric("rank:0", "step.batch_size") == [3.0] * 6

@@ -7,8 +7,8 @@ from recommender.rules.inference import (
     inference_autograd_enabled,
     inference_channels_last,
     is_inference,
-    model_quantization,
 )
+from recommender.rules.model import model_quantization
 
 GPU = {"cuda.initialized": True, "cuda.capability": "8.0"}
 

@@ -72,6 +72,12 @@ def _trace(**overrides: object) -> Builder:
     return lambda make: _with(_healthy, traces=[make(**overrides)])(make)
 
 
+LARGE_QUANTISED_MODEL = {
+    "workload.kind": "inference",
+    "model.parameters": 6_000_000,
+    "model.linear_param_share": 0.99,
+    "model.quantized": True,
+}
 POSITIVE: dict[str, Builder] = {
     "dataloader.num_workers": _with(
         _healthy, steps=_steps(wait=0.05), facts=_loader(num_workers=0)
@@ -241,6 +247,11 @@ POSITIVE: dict[str, Builder] = {
             "model.dtype": "float32",
         },
     ),
+    "model.pruning": _with(
+        _healthy,
+        facts={**LARGE_QUANTISED_MODEL},  # _healthy's 30 steps run back to back
+    ),
+    "model.distillation": _with(_healthy, facts={**LARGE_QUANTISED_MODEL}),
 }
 
 
