@@ -555,6 +555,31 @@ def _metrics_of(rounds: Sequence[Round], arm: str) -> ArmMetrics:
 
 # --- the before/after table -------------------------------------------------------------------
 
+
+def changed_results_note(comparison: Mapping[str, Any]) -> str:
+    """Why a CHANGES_RESULTS comparison (`to_dict()`) changed results, with its numbers;
+    "" for any other verdict."""
+    if comparison.get("verdict") != CHANGES_RESULTS:
+        return ""
+    reasons = []
+    agreement = comparison.get("agreement") or {}
+    if agreement.get("visible") and agreement.get("within_tolerance") is False:
+        top1, top1_min = agreement.get("top1_agreement"), agreement.get("top1_min")
+        if _number(top1) and _number(top1_min) and top1 < top1_min:  # type: ignore[operator]
+            reasons.append(f"top-1 agreement {top1:.1%} below the {top1_min:.0%} minimum")
+        rel, rel_max = agreement.get("max_rel_diff"), agreement.get("rel_max")
+        if _number(rel) and _number(rel_max) and rel > rel_max:  # type: ignore[operator]
+            reasons.append(f"max rel. diff {rel:.2e} above the {rel_max:.0e} tolerance")
+        if not reasons:
+            reasons.append(str(agreement.get("note") or "outputs changed"))
+    parity = comparison.get("loss_parity") or {}
+    if parity.get("visible") and parity.get("within_tolerance") is False:
+        difference, tolerance = parity.get("relative_difference"), parity.get("tolerance")
+        if _number(difference) and _number(tolerance):
+            reasons.append(f"loss {difference:.1%} from the baseline's, outside {tolerance:.0%}")
+    return "; ".join(reasons)
+
+
 LOWER, HIGHER = "lower", "higher"  # which direction of a metric is the better one
 
 
