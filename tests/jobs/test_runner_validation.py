@@ -174,6 +174,14 @@ def test_perf_agent_ab_prints_the_documented_json(tmp_path: Path) -> None:
     assert result["speedup"] > 1.0 and result["knobs"] == {"num_workers": 2}
     assert result["stopped"] in ("decided", "round limit", "time limit")
     assert result["stop_reason"].startswith("stopped ")
+    # a training A/B keeps its step time and loss parity, in the same before/after table
+    assert result["kind"] == "training" and result["loss_parity"]["visible"]
+    assert not result["agreement"]["visible"] and "training" in result["agreement"]["note"]
+    rows = {row["key"]: row for row in result["rows"]}
+    assert list(rows)[:2] == ["step_time_mean_s", "throughput_steps_per_s"]
+    assert rows["step_time_mean_s"]["before_value"] == result["baseline_step_s"]
+    assert rows["peak_rss_bytes"]["before_value"] > 50 * 2**20
+    assert rows["loss"]["better"] is True and "within 5%" in rows["loss"]["change"]
 
 
 def test_perf_agent_ab_text_says_the_verdict_and_why_it_stopped() -> None:
