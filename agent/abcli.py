@@ -19,6 +19,7 @@ from agent.abstats import (
     AGREEMENT_RTOL,
     AGREEMENT_TOP1_MIN,
     INFERENCE,
+    UNKNOWN_KIND,
     VERDICT_LABELS,
     Comparison,
     before_after_rows,
@@ -142,9 +143,10 @@ def format_text(result: Comparison, plan: AbPlan) -> str:
     unit = "requests" if result.kind == INFERENCE else "steps"
     verdict = VERDICT_LABELS.get(result.verdict, result.verdict)
     why = changed_results_note(body)
+    kind = result.kind if result.kind != UNKNOWN_KIND else "kind not reported"
     lines = [
         f"knobs      {knobs.format_knobs(plan.knobs)}",
-        f"workload   {result.kind}: {result.rounds} rounds x {result.steps_per_arm} {unit} per arm",
+        f"workload   {kind}: {result.rounds} rounds x {result.steps_per_arm} {unit} per arm",
         f"speedup    {result.speedup:.2f}x (95% CI {result.ci_low:.2f}x - "
         f"{result.ci_high:.2f}x; mean time per {unit[:-1]})",
         f"verdict    {verdict}" + (f": {why} (not verified)" if why else ""),

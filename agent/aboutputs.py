@@ -51,11 +51,16 @@ def record(output: Any, tensor: type, limit: int = MAX_VALUES) -> dict[str, Any]
         output = next((item for item in items if isinstance(item, tensor)), None)
         if output is None:
             return None
-    values = output.detach().float()
+    values = output.detach()
     entry: dict[str, Any] = {"shape": list(values.shape)}
     if values.dim() == 2:  # classification-shaped: rows of scores
-        entry["top1"] = values.argmax(-1)[:limit].tolist()
-    entry["values"] = values.flatten()[:limit].tolist()
+        entry["top1"] = values[:limit].argmax(-1).tolist()
+    # Only the leading rows that hold the first `limit` numbers are copied and converted:
+    # a model's whole output (an LLM's logits) may be far larger than what is kept.
+    if values.dim() > 1 and values.shape[0] > 1 and values.numel():
+        per_row = max(1, values.numel() // values.shape[0])
+        values = values[: -(-limit // per_row)]
+    entry["values"] = values.reshape(-1)[:limit].float().tolist()
     return entry
 
 
@@ -115,7 +120,8 @@ def _watch(torch: Any, model: Any) -> None:
 
 
 def _full() -> bool:
-    return len(_outputs) >= MAX_REQUESTS or _state["values"] >= MAX_TOTAL_VALUES
+    # calls, not kept outputs: a model that returns no tensor is unwrapped after as many
+    return _state["calls"] >= MAX_REQUESTS or _state["values"] >= MAX_TOTAL_VALUES
 
 
 def _note() -> str:
