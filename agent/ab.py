@@ -1,10 +1,18 @@
-"""The A/B engine: run a workload with and without knobs, interleaved, and compare step times.
+"""The A/B engine: run a workload with and without knobs, interleaved, and compare them.
 
 Each round runs the command twice, baseline and candidate (ABBA order), each under `perf-agent
 attach --offline` into a fresh temporary folder with `PERF_AGENT_MAX_STEPS = warmup + steps`;
-the candidate also gets `PERF_AGENT_KNOBS`. The per-step durations come back from the agent's
-offline batches (docs/protocol.md), the first `warmup` steps are discarded, and
-`agent.abstats.compare` turns the rounds into medians, speedup, a bootstrap CI and a verdict.
+the candidate also gets `PERF_AGENT_KNOBS`. Both arms get the same `PERF_AGENT_AB_SEED` (and
+PYTHONHASHSEED), so a script that draws its inputs from unseeded generators feeds both arms
+the same requests (agent/abseed.py). The per-step durations (per request for inference),
+batch sizes and `workload.kind` come back from the agent's offline batches (docs/protocol.md,
+agent/aboffline.py), the peak RSS from the arm's own resource usage (the largest process of
+its tree, `wait4`), and the first `warmup` steps are discarded. For inference the outermost
+module's outputs on the first requests of each arm (agent/aboutputs.py) are compared, the
+candidate against the baseline of the same round. `agent.abstats.compare` turns the rounds
+into latency, throughput and memory of each arm, speedup, a bootstrap CI, the output
+agreement and the verdict (a faster candidate whose results moved is "faster but changes
+results").
 While the verdict is inconclusive (an interval too wide to decide), the engine adds rounds,
 up to `max_rounds` and while the next round still fits in `time_budget_s`; the comparison
 says why it stopped.
@@ -16,8 +24,6 @@ group the moment its parent (this process) goes away, even by SIGKILL: no orphan
 from __future__ import annotations
 
 import contextlib
-import gzip
-import json
 import math
 import os
 import shutil
@@ -32,8 +38,19 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO
 
-from agent import abprobe, knobs
-from agent.abstats import Comparison, Round, compare, paired_round, stop_of, stop_sentence
+from agent import aboffline, aboutputs, abprobe, abseed, knobs
+from agent.abstats import (
+    AGREEMENT_RTOL,
+    AGREEMENT_TOP1_MIN,
+    INFERENCE,
+    Comparison,
+    Round,
+    combined_kind,
+    compare,
+    paired_round,
+    stop_of,
+    stop_sentence,
+)
 from agent.knobs import KnobValue
 
 BASELINE = "baseline"
@@ -49,7 +66,11 @@ _SCRUBBED_ENV = (
     knobs.ENV_KNOBS,
     knobs.ENV_MAX_STEPS,
     abprobe.ENV_LOSS_FILE,
+    aboutputs.ENV_OUTPUTS_FILE,
+    abseed.ENV_SEED,
 )
+# The seed both arms of every round get: the same inputs, and the same from run to run.
+AB_SEED = 0
 
 _GUARD_SOURCE = (
     "import os, signal, sys\n"
@@ -83,6 +104,8 @@ class AbPlan:
     env: Mapping[str, str] | None = None
     max_rounds: int = 0  # rounds to add while inconclusive; 0: exactly `rounds`
     time_budget_s: float = 3600.0  # no extra round starts that would end past this
+    agreement_top1: float = AGREEMENT_TOP1_MIN  # output agreement a faster candidate keeps
+    agreement_rtol: float = AGREEMENT_RTOL
 
     def __post_init__(self) -> None:
         if not self.command:
@@ -97,6 +120,19 @@ class AbPlan:
             raise AbError("max rounds must be at least rounds and at most 50")
         if not self.time_budget_s > 0:
             raise AbError("the time budget must be positive")
+        check_tolerances(top1=self.agreement_top1, rtol=self.agreement_rtol)
+
+
+def check_tolerances(*, top1: object, rtol: object) -> None:
+    """AbError unless top-1 agreement is a fraction in 0..1 and rtol a number >= 0."""
+    if not _real(top1) or not 0.0 <= top1 <= 1.0:  # type: ignore[operator]
+        raise AbError("the top-1 agreement tolerance must be a number in 0..1")
+    if not _real(rtol) or not 0.0 <= rtol <= 1e6:  # type: ignore[operator]
+        raise AbError("the relative tolerance must be a number in 0..1e6")
+
+
+def _real(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 @dataclass
@@ -105,9 +141,16 @@ class Arm:
 
     round: int
     arm: str
-    step_s: list[float]
+    step_s: list[float]  # per kept step: the latency of each request for inference
     loss: list[float] = field(default_factory=list)
     wall_s: float = 0.0
+    batch_sizes: list[int] | None = None  # per kept step; None: not every one was seen
+    peak_rss_bytes: int | None = None
+    cuda_max_allocated_bytes: int | None = None
+    kind: str = "unknown"  # training | inference | unknown (the run's workload.kind)
+    outputs: dict | None = None  # candidate only: agreement with the round's baseline
+    captured: list[dict] = field(default_factory=list, repr=False)  # this arm's outputs
+    capture_note: str = ""  # why `captured` is empty
 
     def to_dict(self) -> dict:
         """JSON-ready form (progress events of a job)."""
@@ -122,6 +165,11 @@ class Arm:
             "loss": [x if math.isfinite(x) else None for x in self.loss],
             "loss_visible": bool(self.loss),
             "wall_s": self.wall_s,
+            "batch_sizes": self.batch_sizes,
+            "peak_rss_bytes": self.peak_rss_bytes,
+            "cuda_max_allocated_bytes": self.cuda_max_allocated_bytes,
+            "kind": self.kind,
+            "outputs": self.outputs,
         }
 
 
@@ -160,7 +208,7 @@ def run_ab(
         slowest = max(slowest, clock() - round_started)
         if len(rounds) < plan.rounds:
             continue
-        result = compare(rounds)
+        result = compare(rounds, top1_min=plan.agreement_top1, rel_max=plan.agreement_rtol)
         out_of_time = clock() - started + slowest > plan.time_budget_s
         stopped = stop_of(
             verdict=result.verdict, rounds=len(rounds), max_rounds=plan.max_rounds,
@@ -183,28 +231,52 @@ def _measure_round(
     cancelled: threading.Event | None,
     launcher: list[str],
 ) -> Round:
-    measured = {}
+    measured: dict[str, Arm] = {}
     # ABBA: odd rounds run the baseline first, even rounds the candidate, so a position
     # effect (what ran just before, a periodic neighbour) falls on both arms alike.
     order = (BASELINE, CANDIDATE) if number % 2 else (CANDIDATE, BASELINE)
     for arm in order:
-        result = run_arm(plan, arm=arm, round_number=number, launcher=launcher, cancelled=cancelled)
-        measured[arm] = result
-        if on_arm is not None:
-            on_arm(result)
+        measured[arm] = run_arm(
+            plan, arm=arm, round_number=number, launcher=launcher, cancelled=cancelled
+        )
+        if arm == BASELINE == order[0] and on_arm is not None:
+            on_arm(measured[arm])  # a baseline that ran first is reported at once
     baseline, candidate = measured[BASELINE], measured[CANDIDATE]
+    kind = combined_kind([baseline.kind, candidate.kind])
+    if kind == INFERENCE:
+        note = baseline.capture_note or candidate.capture_note
+        candidate.outputs = aboutputs.summary(baseline.captured, candidate.captured, note=note)
+    # The candidate's event carries its agreement with this round's baseline, so one that
+    # ran first is reported after the baseline has run (both then, in the order they ran).
+    if on_arm is not None:
+        for arm in order:
+            if not arm == BASELINE == order[0]:
+                on_arm(measured[arm])
+    baseline.captured = candidate.captured = []  # the round is paired: free the outputs
     return paired_round(
         baseline_step_s=baseline.step_s, candidate_step_s=candidate.step_s,
         baseline_loss=baseline.loss, candidate_loss=candidate.loss, warmup=plan.warmup,
+        kind=kind, baseline_batch_sizes=baseline.batch_sizes,
+        candidate_batch_sizes=candidate.batch_sizes,
+        baseline_peak_rss_bytes=baseline.peak_rss_bytes,
+        candidate_peak_rss_bytes=candidate.peak_rss_bytes,
+        baseline_cuda_max_allocated_bytes=baseline.cuda_max_allocated_bytes,
+        candidate_cuda_max_allocated_bytes=candidate.cuda_max_allocated_bytes,
+        outputs=candidate.outputs,
     )  # fmt: skip
 
 
-def arm_env(plan: AbPlan, *, arm: str, loss_file: str) -> dict[str, str]:
-    """The environment of one arm: the caller's, scrubbed, plus the limit and knobs."""
+def arm_env(plan: AbPlan, *, arm: str, loss_file: str, outputs_file: str = "") -> dict[str, str]:
+    """The environment of one arm: the caller's, scrubbed, plus the limit, the probes, the
+    seed (the same in both arms) and, for the candidate, the knobs."""
     env = {k: v for k, v in (plan.env or os.environ).items() if k not in _SCRUBBED_ENV}
     env[knobs.ENV_MAX_STEPS] = str(plan.warmup + plan.steps)
     env["PERF_AGENT_PROFILE"] = "0"  # a profiler window would distort the step times
     env[abprobe.ENV_LOSS_FILE] = loss_file
+    if outputs_file:
+        env[aboutputs.ENV_OUTPUTS_FILE] = outputs_file
+    env[abseed.ENV_SEED] = str(AB_SEED)
+    env.setdefault("PYTHONHASHSEED", str(AB_SEED))  # a user's own choice stays
     if arm == CANDIDATE:
         env[knobs.ENV_KNOBS] = knobs.format_knobs(plan.knobs)
     return env
@@ -218,17 +290,18 @@ def run_arm(
     launcher: Sequence[str],
     cancelled: threading.Event | None = None,
 ) -> Arm:
-    """Run the command once under the offline agent and read back its kept step times."""
+    """Run the command once under the offline agent and read back what it recorded."""
     with tempfile.TemporaryDirectory(prefix=f"perf-ab-{arm}-") as folder:
         offline = os.path.join(folder, "offline")
         loss_file = os.path.join(folder, "loss.json")
+        outputs_file = os.path.join(folder, "outputs.json")
         log_path = os.path.join(folder, "output.log")
         argv = [*launcher, "attach", "--offline", offline, "--", *plan.command]
         started = time.monotonic()
         with open(log_path, "wb") as log:
-            code = _run_guarded(
+            code, max_rss = _run_guarded(
                 argv,
-                env=arm_env(plan, arm=arm, loss_file=loss_file),
+                env=arm_env(plan, arm=arm, loss_file=loss_file, outputs_file=outputs_file),
                 cwd=plan.cwd,
                 output=log,
                 timeout_s=plan.arm_timeout_s,
@@ -237,39 +310,29 @@ def run_arm(
         wall = time.monotonic() - started
         if code != 0:
             raise AbError(f"{arm} of round {round_number} exited {code}: {_tail(log_path)}")
-        durations = read_step_durations(offline)
-        kept = durations[plan.warmup :]
+        record = aboffline.read_offline(offline)
+        kept = record.durations[plan.warmup :]
         if len(kept) < 3:
             raise AbError(
-                f"{arm} of round {round_number} recorded {len(durations)} steps; "
+                f"{arm} of round {round_number} recorded {len(record.durations)} steps; "
                 f"need more than the {plan.warmup} warm-up steps plus 3"
             )
-        loss = abprobe.read_losses(loss_file)
-        return Arm(round=round_number, arm=arm, step_s=kept, loss=loss, wall_s=wall)
+        sizes = record.batch_sizes[plan.warmup :]
+        captured, note = aboutputs.read_capture(outputs_file)
+        peaks = [p for p in (max_rss, record.peak_rss_bytes) if p is not None]
+        return Arm(
+            round=round_number, arm=arm, step_s=kept, loss=abprobe.read_losses(loss_file),
+            wall_s=wall,
+            batch_sizes=None if None in sizes else [int(s) for s in sizes if s is not None],
+            peak_rss_bytes=max(peaks) if peaks else None,
+            cuda_max_allocated_bytes=record.cuda_max_allocated_bytes, kind=record.kind,
+            captured=captured, capture_note=note,
+        )  # fmt: skip
 
 
 def read_step_durations(offline_dir: str) -> list[float]:
     """Step durations of the lowest rank in an offline directory, in step order."""
-    by_rank: dict[int, dict[int, float]] = {}
-    for root, _dirs, files in os.walk(offline_dir):
-        for name in files:
-            if not (name.startswith("batch-") and name.endswith(".json.gz")):
-                continue
-            try:
-                with gzip.open(os.path.join(root, name)) as handle:
-                    body = json.load(handle)
-            except (OSError, ValueError):
-                continue
-            steps = body.get("steps") if isinstance(body, dict) else None
-            if not isinstance(steps, dict):
-                continue
-            rank = steps.get("rank") or 0
-            indexes, durations = steps.get("index") or [], steps.get("duration") or []
-            by_rank.setdefault(int(rank), {}).update(zip(indexes, durations, strict=False))
-    if not by_rank:
-        return []
-    steps_of_rank = by_rank[min(by_rank)]
-    return [float(steps_of_rank[i]) for i in sorted(steps_of_rank)]
+    return aboffline.read_offline(offline_dir).durations
 
 
 def _run_guarded(
@@ -280,8 +343,9 @@ def _run_guarded(
     output: IO[bytes],
     timeout_s: float,
     cancelled: threading.Event | None,
-) -> int:
-    """Run `argv` in a new process group that dies with us; returns its exit code."""
+) -> tuple[int, int | None]:
+    """Run `argv` in a new process group that dies with us; returns its exit code and the
+    peak RSS in bytes of the largest process of its tree (None where it cannot tell)."""
     try:
         child = subprocess.Popen(
             argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=output, stderr=output,
@@ -295,10 +359,10 @@ def _run_guarded(
     deadline = time.monotonic() + timeout_s
     try:
         while True:
-            try:
-                return child.wait(timeout=0.2)
-            except subprocess.TimeoutExpired:
-                pass
+            ended = _reap(child)
+            if ended is not None:
+                return ended
+            time.sleep(0.05)
             if cancelled is not None and cancelled.is_set():
                 raise AbCancelled("cancelled")
             if time.monotonic() > deadline:
@@ -308,6 +372,25 @@ def _run_guarded(
         assert guard.stdin is not None
         guard.stdin.close()  # the guard sweeps anything left in the group, then exits
         guard.wait()
+
+
+def _reap(child: subprocess.Popen) -> tuple[int, int | None] | None:
+    """(exit code, peak RSS) once `child` has ended, else None; reaps it with wait4.
+
+    wait4 reports the child's own resource usage merged with that of the children it
+    waited for (`perf-agent attach` waits for the script, the script for its DataLoader
+    workers): its ru_maxrss is the peak RSS of the largest process of the arm.
+    """
+    try:
+        pid, status, usage = os.wait4(child.pid, os.WNOHANG)
+    except ChildProcessError:  # reaped elsewhere: the exit code, without the usage
+        code = child.wait()
+        return code, None
+    if pid == 0:
+        return None
+    child.returncode = os.waitstatus_to_exitcode(status)
+    unit = 1 if sys.platform == "darwin" else 1024  # bytes on macOS, KiB on Linux
+    return child.returncode, int(usage.ru_maxrss) * unit or None
 
 
 def stop_workload(child: subprocess.Popen, *, grace_s: float = 3.0) -> None:

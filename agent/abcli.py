@@ -15,7 +15,16 @@ from typing import Any
 
 from agent import knobs, ledger
 from agent.ab import AbError, AbPlan, Arm, run_ab
-from agent.abstats import VERDICT_LABELS, Comparison
+from agent.abstats import (
+    AGREEMENT_RTOL,
+    AGREEMENT_TOP1_MIN,
+    INFERENCE,
+    UNKNOWN_KIND,
+    VERDICT_LABELS,
+    Comparison,
+    before_after_rows,
+    changed_results_note,
+)
 from agent.knobs import KnobError
 
 
@@ -38,6 +47,20 @@ def register(sub: Any) -> None:
         default=1800.0,
         metavar="SECONDS",
         help="start no extra round that would end past this (default 1800)",
+    )
+    ab.add_argument(
+        "--agreement-top1",
+        type=float,
+        default=AGREEMENT_TOP1_MIN,
+        metavar="FRACTION",
+        help="inference: least top-1 agreement of the outputs a faster fix keeps (0.99)",
+    )
+    ab.add_argument(
+        "--agreement-rtol",
+        type=float,
+        default=AGREEMENT_RTOL,
+        metavar="R",
+        help="inference: largest output difference relative to the output's scale (1e-2)",
     )
     ab.add_argument("--format", choices=("text", "json"), default="text")
     ab.add_argument("--quiet", action="store_true", help="no per-round lines on stderr")
@@ -88,6 +111,7 @@ def ab_main(args: argparse.Namespace) -> int:
             command=command, knobs=knobs.parse_knobs(args.knob), rounds=args.rounds,
             steps=args.steps, warmup=args.warmup,
             max_rounds=max(args.rounds, args.max_rounds), time_budget_s=args.time_budget,
+            agreement_top1=args.agreement_top1, agreement_rtol=args.agreement_rtol,
         )  # fmt: skip
     except (KnobError, AbError) as error:
         sys.stderr.write(f"perf-agent ab: {error}\n")
@@ -96,7 +120,8 @@ def ab_main(args: argparse.Namespace) -> int:
     def report(arm: Arm) -> None:
         if not args.quiet:
             mean = arm.to_dict()["mean_s"]
-            sys.stderr.write(f"round {arm.round} {arm.arm:9s} {mean:.4f} s/step\n")
+            unit = "request" if arm.kind == INFERENCE else "step"
+            sys.stderr.write(f"round {arm.round} {arm.arm:9s} {mean:.4f} s/{unit}\n")
 
     try:
         result = run_ab(plan, on_arm=report)
@@ -104,38 +129,47 @@ def ab_main(args: argparse.Namespace) -> int:
         sys.stderr.write(f"perf-agent ab: {error}\n")
         return 1
     if args.format == "json":
-        print(json.dumps({**result.to_dict(), "knobs": plan.knobs}, indent=2))
+        body = result.to_dict()
+        rows = before_after_rows(body)
+        print(json.dumps({**body, "knobs": plan.knobs, "rows": rows}, indent=2))
     else:
         print(format_text(result, plan))
     return 0
 
 
 def format_text(result: Comparison, plan: AbPlan) -> str:
-    """The comparison as a few plain lines."""
-    parity = result.loss_parity
-    if not parity.visible:
-        loss = "loss not visible"
-    else:
-        state = "within" if parity.within_tolerance else "OUTSIDE"
-        loss = (
-            f"{state} {parity.tolerance:.0%} (baseline {parity.baseline_loss:.4g}, "
-            f"candidate {parity.candidate_loss:.4g})"
+    """The comparison as a few plain lines and the before/after table."""
+    body = result.to_dict()
+    unit = "requests" if result.kind == INFERENCE else "steps"
+    verdict = VERDICT_LABELS.get(result.verdict, result.verdict)
+    why = changed_results_note(body)
+    kind = result.kind if result.kind != UNKNOWN_KIND else "kind not reported"
+    lines = [
+        f"knobs      {knobs.format_knobs(plan.knobs)}",
+        f"workload   {kind}: {result.rounds} rounds x {result.steps_per_arm} {unit} per arm",
+        f"speedup    {result.speedup:.2f}x (95% CI {result.ci_low:.2f}x - "
+        f"{result.ci_high:.2f}x; mean time per {unit[:-1]})",
+        f"verdict    {verdict}" + (f": {why} (not verified)" if why else ""),
+        f"stopped    {result.stop_reason}",
+        "",
+        *format_table(before_after_rows(body)),
+    ]
+    agreement = result.agreement
+    if result.kind == INFERENCE and agreement.visible:
+        lines.append(
+            f"(outputs of the first {agreement.samples} requests compared, all rounds; "
+            f"tolerance: top-1 >= {agreement.top1_min:.0%}, rel. diff <= {agreement.rel_max:.0e})"
         )
-    return "\n".join(
-        [
-            f"knobs      {knobs.format_knobs(plan.knobs)}",
-            f"baseline   {result.baseline_step_s:.4f} s/step (mean; median "
-            f"{result.baseline_median_s:.4f}; "
-            f"{result.rounds} rounds x {result.steps_per_arm} steps)",
-            f"candidate  {result.candidate_step_s:.4f} s/step (mean; median "
-            f"{result.candidate_median_s:.4f})",
-            f"speedup    {result.speedup:.2f}x "
-            f"(95% CI {result.ci_low:.2f}x - {result.ci_high:.2f}x)",
-            f"verdict    {VERDICT_LABELS.get(result.verdict, result.verdict)}",
-            f"stopped    {result.stop_reason}",
-            f"loss       {loss}",
-        ]
-    )
+    return "\n".join(lines)
+
+
+def format_table(rows: list[dict[str, Any]]) -> list[str]:
+    """`abstats.before_after_rows` as aligned text lines, a header first."""
+    table = [("", "before", "after", "change")]
+    table += [(r["metric"], r["before"], r["after"], r["change"]) for r in rows]
+    widths = [max(len(line[i]) for line in table) for i in range(3)]
+    cells = ["  ".join(c.ljust(w) for c, w in zip(line, widths, strict=False)) for line in table]
+    return [f"{left}  {line[3]}".rstrip() for left, line in zip(cells, table, strict=True)]
 
 
 def runner_main(args: argparse.Namespace) -> int:

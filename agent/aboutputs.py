@@ -3,9 +3,10 @@
 Installed only when `PERF_AGENT_AB_OUTPUTS_FILE` is set. The model is the first outermost
 module called that has parameters or submodules (a quantised model keeps its weights packed,
 out of `parameters()`). Its outputs (the first tensor it returns) are kept for the first
-`MAX_REQUESTS` calls, at most `MAX_VALUES` numbers each, and written as JSON at exit by the
-process that installed the probe; then its class's `__call__` is put back. Both arms of a
-round see the same inputs when the script seeds them, so `agreement` can pair the requests.
+`MAX_REQUESTS` calls, at most `MAX_VALUES` numbers each and `MAX_TOTAL_VALUES` in all (about
+1.3 MB of JSON at most), and written as JSON at exit by the process that installed the
+probe; then its class's `__call__` is put back. Both arms of a round see the same inputs (the
+engine seeds them alike, agent/abseed.py), so `summary` can pair the requests in order.
 """
 
 from __future__ import annotations
@@ -20,10 +21,12 @@ from typing import Any
 ENV_OUTPUTS_FILE = "PERF_AGENT_AB_OUTPUTS_FILE"
 MAX_REQUESTS = 64
 MAX_VALUES = 4096  # numbers kept per request: bounded memory whatever the model returns
-TOP1_AGREEMENT_MIN = 0.99  # default tolerance (issue 19): below it, "changes results"
-RELATIVE_ERROR_MAX = 1e-2
+MAX_TOTAL_VALUES = 65_536  # numbers kept over all requests: a bounded file
+# A baseline output this close to zero everywhere has no scale to be relative to.
+_TINY = 1e-12
 
 _outputs: list[dict[str, Any]] = []
+_state = {"values": 0, "calls": 0, "untensored": 0}
 
 
 def install_from_env() -> bool:
@@ -38,8 +41,9 @@ def install_from_env() -> bool:
     return True
 
 
-def record(output: Any, tensor: type) -> dict[str, Any] | None:
-    """One request's output as JSON-able numbers: shape, top-1 per row, the first values."""
+def record(output: Any, tensor: type, limit: int = MAX_VALUES) -> dict[str, Any] | None:
+    """One request's output as JSON-able numbers: shape, top-1 per row, the first `limit`
+    values (None when the output holds no tensor)."""
     if not isinstance(output, tensor):
         items = output.values() if isinstance(output, dict) else output
         if not isinstance(items, (list, tuple)) and not isinstance(output, dict):
@@ -47,11 +51,16 @@ def record(output: Any, tensor: type) -> dict[str, Any] | None:
         output = next((item for item in items if isinstance(item, tensor)), None)
         if output is None:
             return None
-    values = output.detach().float()
+    values = output.detach()
     entry: dict[str, Any] = {"shape": list(values.shape)}
     if values.dim() == 2:  # classification-shaped: rows of scores
-        entry["top1"] = values.argmax(-1)[:MAX_VALUES].tolist()
-    entry["values"] = values.flatten()[:MAX_VALUES].tolist()
+        entry["top1"] = values[:limit].argmax(-1).tolist()
+    # Only the leading rows that hold the first `limit` numbers are copied and converted:
+    # a model's whole output (an LLM's logits) may be far larger than what is kept.
+    if values.dim() > 1 and values.shape[0] > 1 and values.numel():
+        per_row = max(1, values.numel() // values.shape[0])
+        values = values[: -(-limit // per_row)]
+    entry["values"] = values.reshape(-1)[:limit].float().tolist()
     return entry
 
 
@@ -88,14 +97,19 @@ def _watch(torch: Any, model: Any) -> None:
 
     def __call__(module: Any, *args: Any, **kwargs: Any) -> Any:
         result = original(module, *args, **kwargs)
-        if module is model and len(_outputs) < MAX_REQUESTS:
+        if module is model and not _full():
+            _state["calls"] += 1
             try:
-                entry = record(result, tensor)
-                if entry is not None:
+                limit = min(MAX_VALUES, MAX_TOTAL_VALUES - _state["values"])
+                entry = record(result, tensor, limit)
+                if entry is None:
+                    _state["untensored"] += 1
+                else:
                     _outputs.append(entry)
+                    _state["values"] += len(entry["values"])
             except Exception:  # noqa: BLE001 - a probe never changes the script's behaviour
                 pass
-            if len(_outputs) >= MAX_REQUESTS:  # enough: the class runs unwrapped again
+            if _full():  # enough: the class runs unwrapped again
                 if own is None:
                     del cls.__call__
                 else:
@@ -105,6 +119,19 @@ def _watch(torch: Any, model: Any) -> None:
     cls.__call__ = __call__
 
 
+def _full() -> bool:
+    # calls, not kept outputs: a model that returns no tensor is unwrapped after as many
+    return _state["calls"] >= MAX_REQUESTS or _state["values"] >= MAX_TOTAL_VALUES
+
+
+def _note() -> str:
+    if _outputs:
+        return ""
+    if _state["untensored"]:
+        return "outputs not captured: the model returned no tensor"
+    return "outputs not captured: no module call seen"
+
+
 def _write(path: str, owner: int) -> None:
     if os.getpid() != owner:
         return
@@ -112,34 +139,52 @@ def _write(path: str, owner: int) -> None:
         entry["values"] = [v if math.isfinite(v) else None for v in entry["values"]]
     try:
         with open(path, "w", encoding="utf-8") as handle:
-            json.dump(_outputs, handle)
+            json.dump({"requests": _outputs, "note": _note()}, handle)
     except OSError:
         pass
 
 
-def read_outputs(path: str) -> list[dict[str, Any]]:
-    """The outputs a round recorded (empty when the probe saw none or wrote nothing)."""
+# Why an arm's file holds no outputs when the probe did not say.
+NOT_WRITTEN = "outputs not captured: the arm wrote no output record"
+
+
+def read_capture(path: str) -> tuple[list[dict[str, Any]], str]:
+    """The outputs an arm recorded, and why there are none ("" when there are some)."""
     try:
         with open(path, encoding="utf-8") as handle:
-            entries = json.load(handle)
+            body = json.load(handle)
     except (OSError, ValueError):
-        return []
+        return [], NOT_WRITTEN
+    entries = body.get("requests") if isinstance(body, dict) else body
     if not isinstance(entries, list):
-        return []
-    return [e for e in entries if isinstance(e, dict) and isinstance(e.get("values"), list)]
+        return [], NOT_WRITTEN
+    kept = [e for e in entries if isinstance(e, dict) and isinstance(e.get("values"), list)]
+    note = body.get("note") if isinstance(body, dict) else ""
+    return kept, "" if kept else str(note or "outputs not captured: no module call seen")
 
 
-def agreement(
-    baseline: list[dict[str, Any]], candidate: list[dict[str, Any]]
-) -> dict[str, float | int | None]:
-    """Top-1 agreement and max/mean absolute and max relative difference over paired requests.
+def read_outputs(path: str) -> list[dict[str, Any]]:
+    """The outputs a round recorded (empty when the probe saw none or wrote nothing)."""
+    return read_capture(path)[0]
 
-    Requests pair in order; a pair whose shapes differ counts as total disagreement.
+
+def summary(
+    baseline: list[dict[str, Any]], candidate: list[dict[str, Any]], *, note: str = ""
+) -> dict[str, Any]:
+    """The candidate's output agreement with the baseline of the same round, for the arm event.
+
+    Requests pair in order. Keys: `samples` (pairs compared), `top1_agreement` (share of
+    rows of classification-shaped outputs with the same arg-max; None when none are),
+    `max_abs_diff`, `mean_abs_diff`, `max_rel_diff` (a request's largest difference over the
+    largest magnitude of its baseline output; the largest of all requests) and `mismatched`
+    (requests whose shape differs, or where one arm's value is not finite and the other's
+    is). No pair gives `samples` 0 and `note` (why). agent.abstats.output_agreement judges it.
     """
     pairs = list(zip(baseline, candidate, strict=False))
-    same = rows = values = 0
-    max_abs = total_abs = scale = 0.0
-    mismatched = 0
+    if not pairs:
+        return {"samples": 0, "note": note or "outputs not captured: no module call seen"}
+    same = rows = values = mismatched = 0
+    max_abs = total_abs = max_rel = 0.0
     for before, after in pairs:
         if before.get("shape") != after.get("shape"):
             mismatched += 1
@@ -147,33 +192,23 @@ def agreement(
         for a, b in zip(before.get("top1", []), after.get("top1", []), strict=False):
             rows += 1
             same += int(a == b)
+        request_abs = scale = 0.0
+        finiteness_differs = False
         for a, b in zip(before["values"], after["values"], strict=False):
             if a is None or b is None:
+                finiteness_differs = finiteness_differs or (a is None) != (b is None)
                 continue
             diff = abs(float(a) - float(b))
-            max_abs, total_abs, values = max(max_abs, diff), total_abs + diff, values + 1
+            request_abs, total_abs, values = max(request_abs, diff), total_abs + diff, values + 1
             scale = max(scale, abs(float(a)))
+        mismatched += int(finiteness_differs)
+        max_abs = max(max_abs, request_abs)
+        max_rel = max(max_rel, request_abs / max(scale, _TINY) if request_abs else 0.0)
     return {
-        "requests": len(pairs),
-        "shape_mismatches": mismatched,
+        "samples": len(pairs),
         "top1_agreement": same / rows if rows else None,
-        "max_abs_diff": max_abs if values else None,
-        "mean_abs_diff": total_abs / values if values else None,
-        "relative_error": max_abs / scale if values and scale else None,
+        "max_abs_diff": max_abs,
+        "mean_abs_diff": total_abs / values if values else 0.0,
+        "max_rel_diff": max_rel,
+        "mismatched": mismatched,
     }
-
-
-def changes_results(
-    measured: dict[str, float | int | None],
-    *,
-    top1_min: float = TOP1_AGREEMENT_MIN,
-    relative_max: float = RELATIVE_ERROR_MAX,
-) -> bool:
-    """True when the outputs differ beyond the tolerance (or could not be compared at all)."""
-    if not measured.get("requests") or measured.get("shape_mismatches"):
-        return True
-    top1 = measured.get("top1_agreement")
-    relative = measured.get("relative_error")
-    if top1 is not None and top1 < top1_min:
-        return True
-    return relative is not None and relative > relative_max

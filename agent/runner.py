@@ -4,12 +4,13 @@
 
 It polls `POST /api/v1/jobs/claim` for jobs queued for `socket.gethostname()`, and for each:
 re-validates the job locally (the security promise: only a command an agent recorded on this
-host for this project, in the recorded directory, with knobs from the closed list; anything
-else is refused and reported as failed), runs it under the A/B engine, streams each measured
-arm as a progress event (whose reply says whether the job was cancelled), and posts the
-result or the failure. A heartbeat keeps the claim alive while a round runs; if the runner
-dies, the workload's guard kills its process group and the server fails the job when the
-claim expires.
+host for this project, in the recorded directory, with knobs from the closed list and sizes
+and output-agreement tolerances in range; anything else is refused and reported as failed),
+runs it under the A/B engine, streams each measured arm as a progress event (`Arm.to_dict()`:
+step times, loss, batch sizes, peak memory, kind and the candidate's output agreement; the
+reply says whether the job was cancelled), and posts the result or the failure. A heartbeat
+keeps the claim alive while a round runs; if the runner dies, the workload's guard kills its
+process group and the server fails the job when the claim expires.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from types import FrameType
 from typing import Any
 
 from agent import ledger
-from agent.ab import AbCancelled, AbError, AbPlan, Arm, run_ab
+from agent.ab import AbCancelled, AbError, AbPlan, Arm, check_tolerances, run_ab
+from agent.abstats import AGREEMENT_RTOL, AGREEMENT_TOP1_MIN
 from agent.knobs import KnobError, KnobValue, validate_knobs
 
 CLAIM_PATH = "/api/v1/jobs/claim"
@@ -54,6 +56,8 @@ class JobSpec:
     warmup: int
     max_rounds: int = 0  # 0: exactly `rounds`
     time_budget_s: float = 1800.0
+    agreement_top1: float = AGREEMENT_TOP1_MIN  # output agreement a faster fix must keep
+    agreement_rtol: float = AGREEMENT_RTOL
 
 
 def _adaptive_sizes(job: dict[str, Any], rounds: int) -> tuple[int, float]:
@@ -67,6 +71,18 @@ def _adaptive_sizes(job: dict[str, Any], rounds: int) -> tuple[int, float]:
     if isinstance(budget, bool) or not isinstance(budget, int | float) or not 0 < budget <= 86400:
         raise Refused("time_budget_s must be a number of seconds in (0, 86400]")
     return max_rounds, float(budget)
+
+
+def _tolerances(job: dict[str, Any]) -> tuple[float, float]:
+    """The job's output-agreement tolerance (an older server sends none: the defaults)."""
+    top1 = job.get("agreement_top1", AGREEMENT_TOP1_MIN)
+    rtol = job.get("agreement_rtol", AGREEMENT_RTOL)
+    try:
+        check_tolerances(top1=top1, rtol=rtol)
+    except AbError as error:
+        name = "agreement_top1" if "top-1" in str(error) else "agreement_rtol"
+        raise Refused(f"{name}: {error}") from None
+    return float(top1), float(rtol)
 
 
 def validate_job(
@@ -96,9 +112,12 @@ def validate_job(
             raise Refused(f"{name} must be a whole number in {low}..{high}")
         sizes[name] = value
     max_rounds, budget = _adaptive_sizes(job, sizes["rounds"])
+    top1, rtol = _tolerances(job)
     return JobSpec(
         max_rounds=max_rounds,
         time_budget_s=budget,
+        agreement_top1=top1,
+        agreement_rtol=rtol,
         job_id=int(job["id"]),
         claim_token=str(job.get("claim_token") or ""),
         run_id=run_id,
@@ -229,6 +248,7 @@ class Runner:
                 command=spec.command, knobs=spec.knobs, rounds=spec.rounds,
                 steps=spec.steps, warmup=spec.warmup, cwd=spec.cwd,
                 max_rounds=spec.max_rounds, time_budget_s=spec.time_budget_s,
+                agreement_top1=spec.agreement_top1, agreement_rtol=spec.agreement_rtol,
             )  # fmt: skip
             result = run_ab(
                 plan,

@@ -98,3 +98,91 @@ def test_it_reads_the_lowest_rank_in_step_order(tmp_path: Path) -> None:
         with gzip.open(folder / f"batch-{seq:08d}.json.gz", "wt") as handle:
             json.dump(body, handle)
     assert read_step_durations(str(tmp_path)) == [0.1, 0.2]
+
+
+SAME_OUTPUTS = {"top1_agreement": 1.0, "max_abs_diff": 0.0, "mean_abs_diff": 0.0,
+                "max_rel_diff": 0.0, "mismatched": 0}  # fmt: skip
+
+
+def _inference_plan(**env: str) -> AbPlan:
+    return AbPlan(
+        command=["python", "serve.py"], knobs={"quantize": "dynamic"}, rounds=2, steps=8,
+        warmup=2, env={**os.environ, "FAKE_KIND": "inference", **env},
+    )  # fmt: skip
+
+
+def test_inference_arms_carry_batch_sizes_memory_kind_and_the_candidates_agreement() -> None:
+    arms: list = []
+    plan = _inference_plan(FAKE_STEP_S="0.004", FAKE_SPEEDUP="2", FAKE_MEMORY_MB="120")
+    result = run_ab(plan, on_arm=arms.append, launcher=FAKE)
+    assert [(a.round, a.arm) for a in arms] == [
+        (1, BASELINE), (1, CANDIDATE), (2, CANDIDATE), (2, BASELINE),
+    ]  # fmt: skip
+    for arm in arms:
+        body = arm.to_dict()
+        assert body["kind"] == "inference" and body["batch_sizes"] == [8] * 8
+        assert body["peak_rss_bytes"] > 120 * 2**20  # the arm's own tree, not a sample of it
+        assert body["cuda_max_allocated_bytes"] is None
+        assert "captured" not in body and "capture_note" not in body
+    for arm in arms:  # the candidate's event, even one that ran first, has the agreement
+        outputs = arm.to_dict()["outputs"]
+        if arm.arm == BASELINE:
+            assert outputs is None
+        else:
+            assert outputs == {**SAME_OUTPUTS, "samples": 10}
+    assert result.kind == "inference" and result.verdict == "faster"
+    assert result.agreement.visible and result.agreement.samples == 20
+    assert result.candidate_metrics is not None and result.baseline_metrics is not None
+    assert result.candidate_metrics.throughput_sps == pytest.approx(
+        8 * result.candidate_metrics.throughput_rps
+    )
+
+
+def test_a_faster_candidate_whose_outputs_moved_changes_results() -> None:
+    plan = _inference_plan(FAKE_STEP_S="0.004", FAKE_SPEEDUP="2", FAKE_OUTPUT_SHIFT="1.5")
+    result = run_ab(plan, launcher=FAKE)
+    assert result.speed_verdict == "faster" and result.verdict == "faster but changes results"
+    assert result.agreement.top1_agreement == 0.5 and result.agreement.within_tolerance is False
+
+
+def test_the_agreement_tolerance_is_the_plans() -> None:
+    small = {"FAKE_STEP_S": "0.004", "FAKE_SPEEDUP": "2", "FAKE_OUTPUT_SHIFT": "0.001"}
+    assert run_ab(_inference_plan(**small), launcher=FAKE).verdict == "faster"  # 1e-3 < 1e-2
+    strict = _inference_plan(**small)
+    strict.agreement_rtol = 0.0
+    result = run_ab(strict, launcher=FAKE)
+    assert result.verdict == "faster but changes results" and result.agreement.rel_max == 0.0
+
+
+def test_an_inference_arm_without_outputs_says_the_agreement_was_not_measured(
+    tmp_path: Path,
+) -> None:
+    result = run_ab(_inference_plan(FAKE_STEP_S="0.002"), launcher=[*FAKE, "--no-outputs"])
+    assert not result.agreement.visible
+    assert result.agreement.note == "outputs not captured: the arm wrote no output record"
+
+
+@pytest.mark.parametrize(
+    ("top1", "rtol", "message"),
+    [
+        (1.5, 0.01, "top-1 agreement tolerance must be a number in 0..1"),
+        (float("nan"), 0.01, "top-1 agreement tolerance"),
+        (0.99, -1.0, "relative tolerance must be a number in 0..1e6"),
+        (0.99, True, "relative tolerance"),
+    ],
+)
+def test_it_refuses_a_tolerance_that_means_nothing(top1: float, rtol: float, message: str) -> None:
+    with pytest.raises(AbError, match=message):
+        AbPlan(command=["python", "x.py"], knobs={"threads": 2}, agreement_top1=top1,
+               agreement_rtol=rtol)  # fmt: skip
+
+
+def test_both_arms_get_the_same_seed_and_only_the_candidate_the_knobs() -> None:
+    from agent.ab import arm_env
+
+    plan = _inference_plan()
+    base = arm_env(plan, arm=BASELINE, loss_file="l", outputs_file="o")
+    cand = arm_env(plan, arm=CANDIDATE, loss_file="l", outputs_file="o")
+    assert base["PERF_AGENT_AB_SEED"] == cand["PERF_AGENT_AB_SEED"] == "0"
+    assert base["PERF_AGENT_AB_OUTPUTS_FILE"] == "o" and "PERF_AGENT_KNOBS" not in base
+    assert cand["PERF_AGENT_KNOBS"] == "quantize=dynamic"

@@ -69,11 +69,68 @@ def test_a_job_may_add_rounds_up_to_its_limit_and_time_budget(book: str) -> None
         ({"max_rounds": 21}, "max_rounds must be in 3..20"),
         ({"time_budget_s": True}, "time_budget_s must be a number of seconds"),
         ({"time_budget_s": 0}, "time_budget_s must be a number of seconds"),
+        ({"agreement_top1": 1.5}, "agreement_top1: the top-1 agreement tolerance must be"),
+        ({"agreement_top1": "0.9"}, "agreement_top1: the top-1 agreement tolerance must be"),
+        ({"agreement_rtol": -0.1}, "agreement_rtol: the relative tolerance must be"),
+        ({"agreement_rtol": float("inf")}, "agreement_rtol: the relative tolerance must be"),
+        ({"agreement_rtol": None}, "agreement_rtol: the relative tolerance must be"),
     ],
 )
 def test_a_forged_job_is_refused(book: str, changes: dict, reason: str) -> None:
     with pytest.raises(Refused, match=reason.replace("(", r"\(").replace("|", r"\|")):
         _check(_job(**changes), book)
+
+
+def test_a_job_carries_its_output_agreement_tolerance(book: str) -> None:
+    spec = _check(_job(agreement_top1=0.95, agreement_rtol=0), book)
+    assert (spec.agreement_top1, spec.agreement_rtol) == (0.95, 0.0)
+    older = _check(_job(), book)  # an older server sends none: the engine's defaults
+    assert (older.agreement_top1, older.agreement_rtol) == (0.99, 0.01)
+
+
+def test_the_runner_posts_each_arms_new_fields_and_judges_by_the_jobs_tolerance(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import io
+
+    from agent.runner import Runner
+
+    path = str(tmp_path / "ledger.json")
+    command = ["python", "serve.py"]
+    ledger.record_command(
+        server=SERVER, token=TOKEN, run_id="run-0003", command=command, cwd=str(tmp_path),
+        path=path,
+    )  # fmt: skip
+    for name, value in {"FAKE_KIND": "inference", "FAKE_STEP_S": "0.004", "FAKE_SPEEDUP": "2",
+                        "FAKE_OUTPUT_SHIFT": "0.001"}.items():  # fmt: skip
+        monkeypatch.setenv(name, value)
+    fake = [sys.executable, str(REPO / "tests" / "jobs" / "fake_attach.py")]
+    runner = Runner(SERVER, TOKEN, host=HOST, ledger_file=path, launcher=fake, out=io.StringIO())
+    posts: list[tuple[str, dict]] = []
+
+    def post(path: str, body: dict) -> tuple[int, dict]:
+        posts.append((path, body))
+        return 200, {}
+
+    runner.client.post = post  # type: ignore[method-assign]
+    job = _job(run_id="run-0003", command=command, cwd=str(tmp_path), rounds=2, steps=8,
+               warmup=2, knobs={"quantize": "dynamic"}, agreement_rtol=0.0)  # fmt: skip
+    runner.handle(job)
+    arms = [body["arm"] for where, body in posts if where.endswith("/progress") and "arm" in body]
+    assert [(a["round"], a["arm"]) for a in arms] == [
+        (1, "baseline"), (1, "candidate"), (2, "candidate"), (2, "baseline"),
+    ]  # fmt: skip
+    for arm in arms:
+        assert arm["kind"] == "inference" and arm["batch_sizes"] == [8] * 8
+        assert arm["peak_rss_bytes"] > 0 and arm["cuda_max_allocated_bytes"] is None
+        assert {"step_s", "median_s", "mean_s", "loss", "loss_visible", "wall_s"} <= set(arm)
+        assert (arm["outputs"] is None) == (arm["arm"] == "baseline")
+    assert arms[1]["outputs"]["samples"] == 10 and arms[1]["outputs"]["max_rel_diff"] > 0
+    [result] = [body["result"] for where, body in posts if where.endswith("/result")]
+    assert result["verdict"] == "faster but changes results"  # rtol 0: any difference counts
+    assert result["agreement"]["rel_max"] == 0.0 and result["kind"] == "inference"
+    assert result["candidate_metrics"]["throughput_sps"] > 0
+    json.dumps(posts, allow_nan=False)
 
 
 def test_another_projects_token_sees_nothing_of_this_ledger(book: str) -> None:
@@ -117,6 +174,14 @@ def test_perf_agent_ab_prints_the_documented_json(tmp_path: Path) -> None:
     assert result["speedup"] > 1.0 and result["knobs"] == {"num_workers": 2}
     assert result["stopped"] in ("decided", "round limit", "time limit")
     assert result["stop_reason"].startswith("stopped ")
+    # a training A/B keeps its step time and loss parity, in the same before/after table
+    assert result["kind"] == "training" and result["loss_parity"]["visible"]
+    assert not result["agreement"]["visible"] and "training" in result["agreement"]["note"]
+    rows = {row["key"]: row for row in result["rows"]}
+    assert list(rows)[:2] == ["step_time_mean_s", "throughput_steps_per_s"]
+    assert rows["step_time_mean_s"]["before_value"] == result["baseline_step_s"]
+    assert rows["peak_rss_bytes"]["before_value"] > 50 * 2**20
+    assert rows["loss"]["better"] is True and "within 5%" in rows["loss"]["change"]
 
 
 def test_perf_agent_ab_text_says_the_verdict_and_why_it_stopped() -> None:
