@@ -201,7 +201,9 @@ def cpu_host_contention(evidence: RunEvidence) -> Finding | None:
     if others < host_cores - asked:  # the others leave the job the cores it asks: not them
         return None
     busy = loop_busy_share(evidence)
-    if busy is not None and busy < LOOP_BUSY_MIN:  # the loop waits for work, not for cores
+    # Without steps or requests a process using little CPU may as well be idle (waiting on
+    # I/O, a lock, a sleep) as starved; and a loop that mostly waits for work asks for none.
+    if busy is None or busy < LOOP_BUSY_MIN:
         return None
     got = job_cores / asked
     return finding(
@@ -218,12 +220,8 @@ def cpu_host_contention(evidence: RunEvidence) -> Finding | None:
             Evidence("the job's CPU (median)", job_cores, "cores", "metrics (process)"),
             Evidence("cores the job's threads ask for", asked, "cores", "facts"),
             Evidence("cores taken by other processes", others, "cores", "metrics (host − job)"),
-        ]
-        + (
-            [Evidence("the loop's busy share", busy, "fraction", "metrics (steps)")]
-            if busy is not None
-            else []
-        ),
+            Evidence("the loop's busy share", busy, "fraction", "metrics (steps)"),
+        ],
         fix=Fix(
             text="Run the job where it gets its cores: move it or the other work, or pin each "
             "to its own cores.",

@@ -16,7 +16,8 @@ def _run(*, host_pct: float, job_pct: float, workers_pct: float | None = None,
     if workers_pct is not None:
         series.append(Series("workers", "process.cpu_percent", t, [workers_pct] * samples))
     facts = {"host.cpu_count": cores, "host.usable_cores": cores, "threads.intra_op": threads}
-    return RunEvidence(facts=facts, series=series)
+    steps = [StepSample(0, i, t[i], 1.0) for i in range(samples)]  # back to back: busy
+    return RunEvidence(facts=facts, series=series, steps=steps)
 
 
 def _evidence(found: object) -> dict[str, float]:
@@ -61,6 +62,13 @@ def test_it_needs_host_wide_samples() -> None:
     no_host = _run(host_pct=95.0, job_pct=200.0)
     no_host.series = [s for s in no_host.series if s.device != "host"]
     assert cpu_host_contention(no_host) is None
+
+
+def test_it_stays_quiet_without_steps_or_requests() -> None:
+    # A process using little CPU with no loop in sight may be idle (I/O, a sleep), not starved.
+    evidence = _run(host_pct=97.0, job_pct=30.0)
+    evidence.steps = []
+    assert cpu_host_contention(evidence) is None
 
 
 def test_it_stays_quiet_when_a_serving_loop_mostly_waits_for_requests() -> None:
