@@ -33,10 +33,16 @@ def outcome(expectation: Expectation, diag: dict[str, Any]) -> dict[str, Any]:
     analysis = diag.get("analysis") or {}
     if analysis.get("status") != "ok":
         return {**base, "outcome": "not_analysed", "detail": analysis.get("error")}
-    findings = analysis.get("findings") or []
+    # Findings of the `system` class are about the host (contention from other work,
+    # throttling), not the workload's planted cause: recorded, but not ranked against it.
+    every = analysis.get("findings") or []
+    findings = [f for f in every if f.get("risk") != "system"]
     ids = [f["id"] for f in findings]
     top = ids[0] if ids else None
     base.update(top=top, ranked=ids[:5])
+    host = [f["id"] for f in every if f.get("risk") == "system"]
+    if host:
+        base["host_findings"] = host
     if expectation.finding is None:
         big = [f["id"] for f in findings if (f.get("estimated_gain") or 0) >= HEALTHY_GAIN_MAX]
         return {**base, "outcome": "false_alarm" if big else "clean",

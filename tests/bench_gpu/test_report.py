@@ -65,6 +65,17 @@ def test_it_calls_a_big_finding_on_the_healthy_loop_a_false_alarm() -> None:
     assert outcome(BY_WORKLOAD["healthy_bf16"], diag)["outcome"] == "false_alarm"
 
 
+def test_a_finding_about_the_host_is_recorded_but_not_ranked_against_the_plant() -> None:
+    findings = [
+        {"id": "cpu.host_contention", "risk": "system", "estimated_gain": 0.35},
+        {"id": "memory.empty_cache_in_loop", "risk": "data-path", "estimated_gain": 0.1},
+    ]
+    diag = {"status": "ok", "analysis": {"status": "ok", "findings": findings}}
+    judged = outcome(BY_WORKLOAD["empty_cache"], diag)
+    assert judged["outcome"] == "found_first" and judged["rank"] == 1
+    assert judged["host_findings"] == ["cpu.host_contention"]
+
+
 def test_it_writes_a_readable_summary_with_every_part(report: dict) -> None:
     text = render_markdown(report)
     for heading in ("## Planted causes", "## NVML series", "## Trace classification",
