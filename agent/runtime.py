@@ -145,6 +145,7 @@ class Agent:
         self._lock = threading.Lock()
         self._closed = True
         self.timer.reset_after_fork()
+        self.signals.reset_after_fork()
         self.sender.reset_after_fork()
 
     # ------------------------------------------------------------------ bodies

@@ -45,9 +45,17 @@ class ScriptSignals:
         self._phase_time: dict[str, float] = {}
         self._phase_count: dict[str, int] = {}
         self.run_name: str | None = None  # taken (once) by the sender into a batch
+        self._silent = False  # a forked child (DataLoader worker) records nothing
+
+    def reset_after_fork(self) -> None:
+        """In a forked child: a fresh lock (the parent's may have been held), and silence."""
+        self._lock = threading.Lock()
+        self._silent = True
 
     def log(self, scalars: Mapping[str, Any]) -> None:
         """Record each finite number under its name, at the same time; drop the rest."""
+        if self._silent:
+            return
         now = self._clock()
         for name, value in scalars.items():
             series = self._names.get(name) if type(name) is str else None
@@ -84,6 +92,8 @@ class ScriptSignals:
     def phase(self, phase: str) -> None:
         """The script enters `phase` (one of protocol.PHASES) now; the same phase again
         changes nothing."""
+        if self._silent:
+            return
         code = protocol.PHASES.get(phase) if isinstance(phase, str) else None
         if code is None:
             self._drop(f"phase:{phase!r}"[:200], "agent.phase(%r): not one of %s; ignored",

@@ -171,3 +171,42 @@ def test_logged_scalars_reach_the_server_and_bad_ones_never_break_the_script(
     assert server.store.facts()[FACT_DROPPED] == 2
     assert "'Bad Name' is not a scalar name" in result.stderr
     assert server.store.statuses[400] == 0
+
+
+FORKED_LOGGER = """
+import os, sys, agent
+a = agent.attach(server=sys.argv[1], token=sys.argv[2], interval=0.05, flush_interval=0.1)
+agent.log(loss=1.0)
+a.signals._lock.acquire()  # held by the parent at fork: the child must not wait on it
+pid = os.fork()
+if pid == 0:
+    agent.log(loss=99.0, **{"Bad Name": 1.0})
+    agent.phase("eval")
+    os._exit(0)
+a.signals._lock.release()
+_, status = os.waitpid(pid, 0)
+print("child", os.waitstatus_to_exitcode(status))
+"""
+
+
+def test_a_forked_child_logs_nothing_and_does_not_deadlock(
+    tmp_path: Path, server: FakeServer, agent_env: dict[str, str]
+) -> None:
+    script = write_script(tmp_path, FORKED_LOGGER)
+    result = subprocess.run(
+        [sys.executable, str(script), server.url, TOKEN], env=agent_env, cwd=ROOT,
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert (result.returncode, result.stdout) == (0, "child 0\n"), result.stderr
+    assert server.store.metric("rank:0", "scalar.loss") == [1.0]
+    assert server.store.metric("rank:0", protocol.RUN_PHASE) == []
+
+
+def test_agent_log_stays_the_function_beside_the_agent_log_module() -> None:
+    import importlib
+
+    module = importlib.import_module("agent.log")
+    from agent.log import say_once  # the module's names still import as they did
+
+    assert callable(say_once) and module.log.name == "perf_agent"
+    assert agent.log.__module__ == "agent" and agent.log.__name__ == "log"
