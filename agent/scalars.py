@@ -19,7 +19,8 @@ from agent.buffer import FactBuffer, SampleBuffer
 from agent.log import say_once
 
 FACT_DROPPED = "scalars.dropped"
-FACT_PHASE_PREFIX = "phases."  # phases.eval_s, phases.eval_count: time and entries per phase
+FACT_PHASE_PREFIX = "phases."
+REFUSED_NAMES_HELD = 1_000  # phases.eval_s, phases.eval_count: time and entries per phase
 
 
 class ScriptSignals:
@@ -39,6 +40,7 @@ class ScriptSignals:
         self._clock = clock
         self._lock = threading.Lock()
         self._names: dict[str, str] = {}  # accepted scalar name -> its series name
+        self._refused: set[str] = set()  # names outside the pattern: no regex for them again
         self.dropped = 0
         self._phase = "none"
         self._phase_since = 0.0
@@ -57,22 +59,31 @@ class ScriptSignals:
         if self._silent:
             return
         now = self._clock()
+        taken = []
         for name, value in scalars.items():
             series = self._names.get(name) if type(name) is str else None
             if series is None:
                 series = self._admit(name)
                 if series is None:
                     continue
-            number = _number(value)
-            if number is None:
+            number = value if type(value) is float else _number(value)
+            if number is None or not -math.inf < number < math.inf:  # NaN fails both
                 self._drop(f"scalar-value:{name}", "agent.log(%s=%r): not a finite number; "
                            "dropped (log numbers: int, float, a 1-element tensor)", name, value)
                 continue
-            self._samples.add(self._device, series, now, number)
+            taken.append((series, number))
+        if taken:
+            self._samples.add_at(self._device, now, taken)
 
     def _admit(self, name: object) -> str | None:
         with self._lock:
+            if name in self._refused:
+                self.dropped += 1
+                self._facts.set(FACT_DROPPED, self.dropped)
+                return None
             if not isinstance(name, str) or not protocol.SCALAR_NAME_RE.match(name):
+                if isinstance(name, str) and len(self._refused) < REFUSED_NAMES_HELD:
+                    self._refused.add(name)
                 self._drop(f"scalar-name:{name!r}"[:200], "agent.log: %r is not a scalar name "
                            "(1-56 characters a-z 0-9 _ . starting with a letter, e.g. %r); "
                            "dropped", name, _suggest(name))
