@@ -210,3 +210,15 @@ def test_agent_log_stays_the_function_beside_the_agent_log_module() -> None:
 
     assert callable(say_once) and module.log.name == "perf_agent"
     assert agent.log.__module__ == "agent" and agent.log.__name__ == "log"
+
+
+def test_scalars_beyond_the_sample_buffers_bound_are_dropped_and_counted() -> None:
+    samples = SampleBuffer(max_samples=3)
+    recorder = ScriptSignals(samples, FactBuffer(), device="rank:0", clock=Clock())
+    recorder.log({"loss": 1.0, "tokens": 2.0})
+    recorder.log({"loss": 3.0, "tokens": 4.0})
+    assert (len(samples), samples.dropped, samples.accepted) == (3, 1, 3)
+    assert series(samples) == {
+        ("rank:0", "scalar.loss"): ([1000.0, 1000.0], [1.0, 3.0]),
+        ("rank:0", "scalar.tokens"): ([1000.0], [2.0]),
+    }
