@@ -1,5 +1,6 @@
 """The agent against a real perfweb server on PostgreSQL: behind a proxy that answers every
-request 10 s late, after an outage that outlived the run, and with a NUL in a tag."""
+request 10 s late, after an outage that outlived the run, with a NUL in a tag, and with a
+framework callback that renames the run and sends its phases and scalars."""
 
 from __future__ import annotations
 
