@@ -136,8 +136,8 @@ def test_it_turns_phase_changes_into_bands_up_to_the_end_of_the_data(page: Any) 
     extras = timeline_extras_config()
     series = [
         {"device": "rank:1", "name": "run.phase", "t": [0.0], "v": [4.0]},  # a later rank
-        {"device": "rank:0", "name": "run.phase", "t": [30.0, 10.0, 20.0, 25.0],
-         "v": [1.0, 1.0, 2.0, 0.0]},  # unsorted, as a spliced zoom may leave it
+        {"device": "rank:0", "name": "run.phase", "t": [30.0, 10.0, 20.0, 25.0, 35.0],
+         "v": [1.0, 1.0, 2.0, 0.0, 1.0]},  # unsorted; 35: the same phase again, one band
         {"device": "process", "name": "process.rss", "t": [0.0, 40.0], "v": [1.0, 1.0]},
     ]  # fmt: skip
     bands = page.evaluate("([s, e]) => PerfwebTimeline.phaseBands(s, e)", [series, extras])

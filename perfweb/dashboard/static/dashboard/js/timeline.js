@@ -177,6 +177,8 @@ window.PerfwebTimeline = (function () {
       const start = phase.t[index];
       const end = k + 1 < order.length ? phase.t[order[k + 1]] : dataEnd;
       if (!name || name === "none" || !(end > start)) return;
+      const last = bands[bands.length - 1];
+      if (last && last.phase === name && last.end === start) { last.end = end; return; } // one band
       bands.push({ phase: name, start: start, end: end });
     });
     return bands;
