@@ -8,6 +8,7 @@ In a script::
     for batch in loader:        # steps are timed from optimizer hooks by themselves;
         model(batch)
         agent.step()            # loops without an optimizer mark steps by hand
+        agent.log(loss=loss.item(), tokens=n)   # scalars of your own, drawn on the timeline
 
 Or with no edit at all: ``perf-agent attach --server URL --token T -- python train.py``.
 Every setting also comes from ``PERF_AGENT_*`` environment variables (see agent/README.md).
@@ -23,7 +24,7 @@ from typing import Any
 
 from agent.log import log as _log
 
-__all__ = ["attach", "step", "shutdown", "current"]
+__all__ = ["attach", "step", "log", "phase", "shutdown", "current"]
 
 _lock = threading.Lock()
 _agent: Any = None
@@ -80,6 +81,34 @@ def step() -> None:
     agent = _agent
     if agent is not None:
         agent.step()
+
+
+def log(**scalars: Any) -> None:
+    """Record scalars of the script's own (`agent.log(loss=0.41, tokens=4096)`) at this time.
+
+    Each becomes the series `scalar.<name>` of this rank, stored with the run and drawn as a
+    row of the run's timeline. Names: 1-56 characters `a-z 0-9 _ .` starting with a letter;
+    at most 64 names per process. Values: finite numbers (int, float, numpy scalars,
+    1-element tensors; a CUDA tensor waits for the GPU, as `.item()` does). Anything else is
+    dropped with one warning per name. Without an agent it does nothing. Never raises.
+    """
+    agent = _agent
+    if agent is not None:
+        try:
+            agent.log(scalars)
+        except Exception as exc:  # noqa: BLE001 - a guest never breaks its host
+            _log.warning("log failed (%s); the script goes on", exc)
+
+
+def phase(name: str) -> None:
+    """Mark that the script enters a phase now: "train", "eval", "test", "predict" or
+    "none". The timeline shades each phase; the framework callbacks call it for you."""
+    agent = _agent
+    if agent is not None:
+        try:
+            agent.phase(name)
+        except Exception as exc:  # noqa: BLE001
+            _log.warning("phase failed (%s); the script goes on", exc)
 
 
 def shutdown(exit_code: int | None = None, deadline_s: float | None = None) -> None:

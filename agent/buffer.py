@@ -41,6 +41,24 @@ class SampleBuffer:
             self._count += 1
             self.accepted += 1
 
+    def add_at(self, device: str, t: float, values: list[tuple[str, float]]) -> None:
+        """Append one sample per (name, value) of `device`, all at time `t`, under one lock
+        (agent.log's several scalars); those beyond the bound are dropped and counted."""
+        with self._lock:
+            room = self.max_samples - self._count
+            if room < len(values):
+                self.dropped += len(values) - max(0, room)
+                values = values[: max(0, room)]
+            series = self._series
+            for name, v in values:
+                columns = series.get((device, name))
+                if columns is None:
+                    columns = series[(device, name)] = ([], [])
+                columns[0].append(t)
+                columns[1].append(v)
+            self._count += len(values)
+            self.accepted += len(values)
+
     def extend(self, samples: list[Sample]) -> None:
         """Append many samples."""
         for device, name, t, v in samples:

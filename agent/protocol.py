@@ -72,6 +72,7 @@ METRICS: dict[str, str] = {
     "host.cpu_percent": "%",  # device `host`: every process on the host, % of all its cores
     "host.memory_used": "bytes",  # device `host`: MemTotal - MemAvailable
     "host.memory_total": "bytes",
+    "run.phase": "phase",  # device `rank:N`: the phase (PHASES) that begins at each time
 }
 
 # Features a server lists in its answer to `start`; an agent uses one only once listed, so a
@@ -121,6 +122,30 @@ def unpack_floats(text: str) -> list[float]:
 STEP_DURATION = "step.duration"
 STEP_DATA_WAIT = "step.data_wait"
 STEP_BATCH_SIZE = "step.batch_size"
+
+# Scalars the script logs (agent.log, the framework callbacks): series `scalar.<name>` on
+# the rank's device, one sample per logged value. A name is 1-56 characters
+# `[a-z][a-z0-9_.]`, so that the series name fits METRIC_NAME_RE.
+SCALAR_PREFIX = "scalar."
+SCALAR_NAME_RE = re.compile(r"^[a-z][a-z0-9_.]{0,55}$")
+MAX_SCALAR_NAMES = 64  # distinct scalar names one process sends; later new names are dropped
+
+# Train/eval phases (agent.phase, the framework callbacks): series `run.phase` on the rank's
+# device, one sample per change, the value the code of the phase that begins then.
+RUN_PHASE = "run.phase"
+PHASES: dict[str, int] = {"none": 0, "train": 1, "eval": 2, "test": 3, "predict": 4}
+RUN_NAME_MAX = 200  # characters of a run's name (start's `name`, a batch's `run_name`)
+
+
+def scalar_name(raw: str) -> str | None:
+    """A framework's metric name made a scalar name (`val/loss` -> `val.loss`, `Eval Loss`
+    -> `eval_loss`), or None when nothing of it is left."""
+    name = re.sub(r"[^a-z0-9_.]+", "_", raw.strip().lower().replace("/", "."))
+    name = re.sub(r"\.{2,}", ".", name).strip("._")
+    if name and not name[0].isalpha():
+        name = "m_" + name
+    name = name[:56].rstrip("._")
+    return name if SCALAR_NAME_RE.match(name) else None
 
 
 def rank_device(rank: int | None) -> str:

@@ -20,6 +20,7 @@ from agent.host import HostCollector, HostSource
 from agent.log import log, say_once
 from agent.nvml import NvmlCollector, Query
 from agent.process import ProcessCollector, ProcessSource, child_pids
+from agent.scalars import ScriptSignals
 from agent.sender import PostFn, Sender
 from agent.steps import StepTimer
 from agent.torch_patches import Counters, TorchPatches
@@ -67,6 +68,10 @@ class Agent:
         # into the sample buffer on the agent's tick
         self._batch_sizes: deque[tuple[float, float]] = deque(maxlen=BATCH_SIZES_HELD)
         self.timer = StepTimer(self.sender.steps, batch_sink=self._batch_sizes.append)
+        self.signals = ScriptSignals(
+            self.sender.samples, self.sender.facts, device=self._steps_device
+        )
+        self.sender.run_name = self.signals.take_run_name
         self.counters = Counters()
         self.patches = TorchPatches(self.timer, self.sender.facts, self.counters)
         # Every process of a run names its devices so that no two share a series.
@@ -120,11 +125,27 @@ class Agent:
         """Mark a step boundary by hand (loops without an optimizer, e.g. inference)."""
         self.timer.manual_step()
 
+    def log(self, scalars: dict[str, Any]) -> None:
+        """Record the script's scalars now (`agent.log`); bad ones are dropped with a warning."""
+        self.signals.log(scalars)
+
+    def phase(self, phase: str) -> None:
+        """The script enters a phase of protocol.PHASES now (`agent.phase`)."""
+        self.signals.phase(phase)
+
+    def name_from_framework(self, name: str, *, source: str) -> bool:
+        """Name the run after a framework's run name, unless the agent was given a name
+        (`--name`, PERF_AGENT_NAME, `attach(name=...)`); True when the run takes it."""
+        if self.settings.name:
+            return False
+        return self.signals.name_run(name, source=source)
+
     def after_fork_in_child(self) -> None:
         """A forked child (DataLoader worker) must not send nor touch the parent's locks."""
         self._lock = threading.Lock()
         self._closed = True
         self.timer.reset_after_fork()
+        self.signals.reset_after_fork()
         self.sender.reset_after_fork()
 
     # ------------------------------------------------------------------ bodies

@@ -66,6 +66,7 @@ class Sender:
         self.sanitizer = sanitize.Sanitizer()
         self.devices: list[dict[str, Any]] = []
         self.rank: int | None = None
+        self.run_name: Callable[[], str | None] | None = None  # a renaming, taken once
         self.rejected = 0  # requests the server refused for good (4xx)
         self._last_rejection = ""
         self._reported: dict[str, Any] = {}  # counter facts as last sent
@@ -253,7 +254,8 @@ class Sender:
                 series["device"], series["name"]
             )
         facts.update(self._changed_counter_facts())
-        if not (metrics or steps or facts or devices):
+        run_name = self.run_name() if self.run_name is not None else None
+        if not (metrics or steps or facts or devices or run_name):
             return
         body: dict[str, Any] = {
             "run_id": self.settings.run_id,
@@ -268,6 +270,10 @@ class Sender:
         if steps:
             body["steps"] = steps
             count += len(steps["index"])
+        if run_name:
+            body["run_name"] = self.sanitizer.text(
+                run_name, field="run_name", max_length=protocol.RUN_NAME_MAX
+            )
         if self._packed:  # read several times faster by the server, no larger gzipped
             protocol.pack_batch_arrays(body)
         self.outbox.put(Envelope(layout.KIND_BATCH, transport.encode(body), self._seq, count))

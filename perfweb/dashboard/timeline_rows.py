@@ -8,7 +8,14 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from agent.protocol import METRICS, STEP_DATA_WAIT, STEP_DURATION
+from agent.protocol import (
+    METRICS,
+    PHASES,
+    RUN_PHASE,
+    SCALAR_PREFIX,
+    STEP_DATA_WAIT,
+    STEP_DURATION,
+)
 
 
 @dataclass(frozen=True)
@@ -95,3 +102,18 @@ def timeline_rows_config(*, kind: str | None = None) -> list[dict[str, object]]:
     step-time row (its requests have their own latency and throughput charts)."""
     rows = [row for row in ROWS if kind != "inference" or row.key not in TRAINING_ONLY]
     return [asdict(row) for row in rows]
+
+
+SCALAR_ROWS_MAX = 16  # rows for the script's scalars (agent.log), the first by name; the rest
+# are listed in one line and stay in the read API
+
+
+def timeline_extras_config() -> dict[str, object]:
+    """What the page's script draws beyond ROWS: one row per scalar series (`scalar.<name>`,
+    up to SCALAR_ROWS_MAX), and the `run.phase` series as shaded bands across every row."""
+    return {
+        "scalarPrefix": SCALAR_PREFIX,
+        "scalarRowsMax": SCALAR_ROWS_MAX,
+        "phaseSeries": RUN_PHASE,
+        "phases": {str(code): name for name, code in PHASES.items()},
+    }

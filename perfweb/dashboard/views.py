@@ -15,7 +15,7 @@ from django.views.decorators.http import require_GET
 from agent.protocol import API_PREFIX, RUN_STATUSES
 from perfweb.dashboard import assets, comparison_page, presenters
 from perfweb.dashboard.panels import run_panels
-from perfweb.dashboard.timeline_rows import timeline_rows_config
+from perfweb.dashboard.timeline_rows import timeline_extras_config, timeline_rows_config
 from perfweb.projects.selectors import project_list_for_user
 from perfweb.runs.selectors import run_detail as run_detail_row
 from perfweb.runs.selectors import run_get_for_user, run_list_for_user
@@ -74,6 +74,7 @@ def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
                 "gpus": row["gpus"],
                 "kind": kind,
                 "rows": timeline_rows_config(kind=kind),
+                "extras": timeline_extras_config(),
             },
         },
     )

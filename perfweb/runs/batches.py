@@ -167,7 +167,7 @@ def _write_postgresql(
     run's row is locked first there too, before the series are created, as another rank of
     the run may be creating the same ones."""
     keys = {(c.device, c.name) for c in chunks}
-    alone = keys <= known.keys() and not request.facts and not request.devices
+    alone = keys <= known.keys() and not (request.facts or request.devices or request.run_name)
     with contextlib.nullcontext() if alone else transaction.atomic():
         if not alone:
             _lock_run(cursor, run=run)
@@ -183,6 +183,8 @@ def _write_postgresql(
 def _facts_and_devices(*, run: Run, request: BatchRequest) -> None:
     if request.facts:
         run_facts_merge(run_pk=run.id, facts=request.facts)
+    if request.run_name:
+        Run.objects.filter(id=run.id).update(name=request.run_name)
     devices_upsert(run=run, devices=request.devices)
 
 

@@ -76,6 +76,7 @@ class BatchRequest:
     facts: dict[str, Any]
     devices: list[DeviceInfo]
     dropped: int
+    run_name: str | None = None  # the run's new name (a framework callback's)
     sample_count: int = field(init=False)  # of the metrics: what the reply calls samples
 
     def __post_init__(self) -> None:
@@ -108,7 +109,7 @@ def parse_start(body: Any) -> StartRequest:
     return StartRequest(
         run_id=run_id,
         agent_id=agent_id,
-        name=string(body, "name", required=False, max_length=200) or "",
+        name=string(body, "name", required=False, max_length=protocol.RUN_NAME_MAX) or "",
         role=role,
         command=_command(body.get("command")),
         cwd=string(body, "cwd", required=False) or "",
@@ -161,6 +162,7 @@ class _Batch(msgspec.Struct, gc=False):
     facts: Any = None
     devices: Any = None
     dropped: Any = None
+    run_name: Any = None
 
 
 _BATCH_DECODER = msgspec.json.Decoder(_Batch)
@@ -204,6 +206,8 @@ def _batch(body: dict[str, Any], *, metrics: SampleBlock, ids: tuple[str, str]) 
         facts=_bounded(flat_dict(body, "facts"), "facts"),
         devices=_devices(body.get("devices")),
         dropped=integer(body, "dropped", minimum=0) or 0,
+        run_name=string(body, "run_name", required=False, max_length=protocol.RUN_NAME_MAX)
+        or None,
     )
 
 

@@ -1,5 +1,6 @@
 """The agent against a real perfweb server on PostgreSQL: behind a proxy that answers every
-request 10 s late, after an outage that outlived the run, and with a NUL in a tag."""
+request 10 s late, after an outage that outlived the run, with a NUL in a tag, and with a
+framework callback that renames the run and sends its phases and scalars."""
 
 from __future__ import annotations
 
@@ -171,3 +172,31 @@ def test_a_nul_in_a_tag_still_stores_the_run_and_its_samples_on_postgresql(
     (produced,) = real.produced(run_id)
     assert real.stored_samples(run_id) == produced["samples"] > 0
     assert "tags.dataset" in done.stderr  # the user is told, in one line
+
+
+def test_a_lightning_callbacks_run_name_phases_and_scalars_are_stored_on_postgresql(
+    real: RealServer, env: dict[str, str], tmp_path: Path
+) -> None:
+    from tests.agent.test_callbacks import LIGHTNING_TRAINER
+
+    script = write_script(tmp_path, LIGHTNING_TRAINER)
+    run_id = "cbk0" + os.urandom(8).hex()
+    done = subprocess.run(
+        [sys.executable, "-m", "agent.cli", "attach", "--server", real.url, "--token",
+         real.token, "--", sys.executable, str(script), str(tmp_path / "logs")],
+        env={**env, "PERF_AGENT_RUN_ID": run_id}, cwd=ROOT, text=True, capture_output=True,
+        timeout=240,
+    )  # fmt: skip
+    assert done.returncode == 0 and done.stdout == "global_step 10\n", done.stderr
+    row = real.run_row(run_id)
+    assert row is not None, done.stderr + real.logs()
+    status, name, _, facts = row
+    assert (status, name) == ("finished", "regressor")  # the logger's name, not "train"
+    assert facts["run.name_source"] == "lightning logger.name"
+    (loss,) = real.series(run_id, "scalar.loss")["series"]
+    assert (loss["device"], loss["raw_count"]) == ("rank:0", 5)
+    (phase,) = real.series(run_id, "run.phase")["series"]
+    assert phase["v"] == [2.0, 0.0, 1.0, 2.0, 1.0, 2.0, 1.0, 0.0]
+    assert real.query(
+        "SELECT step_count FROM runs_run WHERE run_id = %s", run_id
+    ) == [(10,)]  # the optimizer's steps, once

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from perfweb.dashboard.templatetags.perfweb_format import duration
+from perfweb.dashboard.timeline_rows import SCALAR_ROWS_MAX, timeline_extras_config
 
 pytestmark = pytest.mark.browser
 
@@ -111,3 +112,37 @@ def test_it_maps_axis_values_back_to_unix_seconds(page: Any) -> None:
 )
 def test_it_labels_every_device_name_the_agent_uses(page: Any, device: str, label: str) -> None:
     assert page.evaluate("(d) => PerfwebTimeline.deviceLabel(d)", device) == label
+
+
+def test_it_draws_the_first_scalars_by_name_and_names_the_rest(page: Any) -> None:
+    extras = timeline_extras_config()
+    names = ["zeta", *(f"m{i:02d}" for i in range(SCALAR_ROWS_MAX)), "alpha"]
+    series = [{"device": "rank:0", "name": f"scalar.{n}", "t": [1.0], "v": [2.0]} for n in names]
+    series += [
+        {"device": "rank:0", "name": "scalar.empty", "t": [], "v": []},
+        {"device": "gpu:0", "name": "gpu.utilization", "t": [1.0], "v": [3.0]},
+        {"device": "rank:1", "name": "scalar.alpha", "t": [1.0], "v": [2.0]},
+    ]
+    got = page.evaluate("([s, e]) => PerfwebTimeline.scalarRows(s, e)", [series, extras])
+    assert [row["title"] for row in got["rows"]] == sorted(names)[:SCALAR_ROWS_MAX]
+    assert got["rows"][0] == {
+        "key": "scalar:scalar.alpha", "title": "alpha", "unit": "", "metrics": ["scalar.alpha"],
+        "group": "scalars", "empty": "", "scalar": True,
+    }  # fmt: skip
+    assert got["hidden"] == ["m15", "zeta"]
+
+
+def test_it_turns_phase_changes_into_bands_up_to_the_end_of_the_data(page: Any) -> None:
+    extras = timeline_extras_config()
+    series = [
+        {"device": "rank:1", "name": "run.phase", "t": [0.0], "v": [4.0]},  # a later rank
+        {"device": "rank:0", "name": "run.phase", "t": [30.0, 10.0, 20.0, 25.0, 35.0],
+         "v": [1.0, 1.0, 2.0, 0.0, 1.0]},  # unsorted; 35: the same phase again, one band
+        {"device": "process", "name": "process.rss", "t": [0.0, 40.0], "v": [1.0, 1.0]},
+    ]  # fmt: skip
+    bands = page.evaluate("([s, e]) => PerfwebTimeline.phaseBands(s, e)", [series, extras])
+    assert bands == [
+        {"phase": "train", "start": 10.0, "end": 20.0},
+        {"phase": "eval", "start": 20.0, "end": 25.0},
+        {"phase": "train", "start": 30.0, "end": 40.0},
+    ]

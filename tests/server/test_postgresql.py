@@ -25,6 +25,7 @@ MODULES = [
     "test_lifecycle.py",
     "test_storage.py",
     "test_read_api.py",
+    "test_scalars.py",
     "test_handlers.py",
     "test_on_postgresql.py",
 ]

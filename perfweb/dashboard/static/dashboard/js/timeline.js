@@ -14,6 +14,12 @@ window.PerfwebTimeline = (function () {
   const PROCESS_COLORS = { process: "#2f6fde", workers: "#e8743b" };
   const STEP_COLOR = "#7a4fd6";
   const WAIT_COLOR = "#e8743b";
+  const SCALAR_COLOR = "#13795b";
+  // Shading of the script's phases (series run.phase) across every row; train lightest.
+  const PHASE_STYLE = {
+    train: { color: "#2f6fde", opacity: 0.06 }, eval: { color: "#e8743b", opacity: 0.16 },
+    test: { color: "#19a979", opacity: 0.16 }, predict: { color: "#945ecf", opacity: 0.16 },
+  };
   // Plotly shows date axes in UTC; shifting by the viewer's offset shows local wall-clock time.
   const TZ_SHIFT_MS = new Date().getTimezoneOffset() * 60000;
 
@@ -109,11 +115,15 @@ window.PerfwebTimeline = (function () {
       const isStep = s.name === "step.duration";
       let name = deviceLabel(s.device);
       if (isStep || isWait) name = (isStep ? "step time" : "data wait") + (ranks.size > 1 ? " (" + name + ")" : "");
+      if (row.scalar && ranks.size === 1) name = row.title;
       const manyRanks = (isStep || isWait) && ranks.size > 1;
       let color = isStep ? STEP_COLOR : isWait ? WAIT_COLOR : colorFor(s.device, i);
       if (manyRanks) color = colorFor(s.device, i); // one colour per rank; data wait dotted
+      if (row.scalar && ranks.size === 1) color = SCALAR_COLOR;
       return {
-        type: "scatter", mode: "lines", name: name, legend: legend, xaxis: "x", yaxis: axis,
+        // A scalar is logged now and then (every N steps, each evaluation): dots show where.
+        type: "scatter", mode: row.scalar ? "lines+markers" : "lines", marker: { size: 4 },
+        name: name, legend: legend, xaxis: "x", yaxis: axis,
         x: s.t.map(toAxis), y: scale.factor === 1 ? s.v : s.v.map(function (v) { return v * scale.factor; }),
         // A step's value holds from the previous step's end to its own end time ("vh").
         line: { width: 1.5, color: color, shape: isStep || isWait ? "vh" : "linear", dash: manyRanks && isWait ? "dot" : "solid" },
@@ -134,6 +144,77 @@ window.PerfwebTimeline = (function () {
       if (!ctx.zoomed) raw.visible = "legendonly";
     });
     return { traces: banded.concat(traces), unit: scale.unit };
+  }
+
+  // The script's scalars (agent.log, the framework callbacks), one row each, the first
+  // `scalarRowsMax` by name; `hidden` names the others.
+  function scalarRows(series, extras) {
+    if (!extras) return { rows: [], hidden: [] };
+    const names = Array.from(new Set(series.filter(function (s) {
+      return s.name.startsWith(extras.scalarPrefix) && s.t.length;
+    }).map(function (s) { return s.name; }))).sort();
+    const rows = names.slice(0, extras.scalarRowsMax).map(function (name) {
+      return { key: "scalar:" + name, title: name.slice(extras.scalarPrefix.length), unit: "", metrics: [name],
+        group: "scalars", empty: "", scalar: true };
+    });
+    return { rows: rows, hidden: names.slice(extras.scalarRowsMax).map(function (n) { return n.slice(extras.scalarPrefix.length); }) };
+  }
+
+  // Each phase from its change to the next one (the last to the end of the data): a band
+  // from the lowest rank that marks phases.
+  function phaseBands(series, extras) {
+    if (!extras) return [];
+    const marked = series.filter(function (s) { return s.name === extras.phaseSeries && s.t.length; });
+    if (!marked.length) return [];
+    marked.sort(function (a, b) { return a.device.localeCompare(b.device, undefined, { numeric: true }); });
+    const phase = marked[0];
+    let dataEnd = -Infinity;
+    series.forEach(function (s) { if (s.t.length) dataEnd = Math.max(dataEnd, s.t[s.t.length - 1]); });
+    const order = phase.t.map(function (_, i) { return i; }).sort(function (a, b) { return phase.t[a] - phase.t[b]; });
+    const bands = [];
+    order.forEach(function (index, k) {
+      const name = extras.phases[String(Math.round(phase.v[index]))];
+      const start = phase.t[index];
+      const end = k + 1 < order.length ? phase.t[order[k + 1]] : dataEnd;
+      if (!name || name === "none" || !(end > start)) return;
+      const last = bands[bands.length - 1];
+      if (last && last.phase === name && last.end === start) { last.end = end; return; } // one band
+      bands.push({ phase: name, start: start, end: end });
+    });
+    return bands;
+  }
+
+  function phaseShapes(bands) {
+    return bands.map(function (band) {
+      const style = PHASE_STYLE[band.phase] || PHASE_STYLE.eval;
+      return { type: "rect", xref: "x", yref: "paper", x0: toAxis(band.start), x1: toAxis(band.end), y0: 0, y1: 1,
+        fillcolor: style.color, opacity: style.opacity, line: { width: 0 }, layer: "below" };
+    });
+  }
+
+  // One line under the title: which shade is which phase, and the time spent in each.
+  function phaseLegend(bands) {
+    if (!bands.length) return null;
+    const totals = new Map();
+    bands.forEach(function (b) {
+      const t = totals.get(b.phase) || { seconds: 0, count: 0 };
+      t.seconds += b.end - b.start; t.count += 1; totals.set(b.phase, t);
+    });
+    const p = document.createElement("p");
+    p.className = "phase-legend";
+    p.dataset.testid = "phase-legend";
+    p.appendChild(document.createTextNode("Phases: "));
+    totals.forEach(function (t, phase) {
+      const style = PHASE_STYLE[phase] || PHASE_STYLE.eval;
+      const swatch = document.createElement("span");
+      swatch.className = "phase-swatch";
+      swatch.style.background = style.color;
+      swatch.style.opacity = String(Math.min(1, style.opacity * 4));
+      p.appendChild(swatch);
+      const seconds = t.seconds >= 10 ? t.seconds.toFixed(0) : t.seconds.toPrecision(2);
+      p.appendChild(document.createTextNode(phase + " (" + t.count + "×, " + seconds + " s)  "));
+    });
+    return p;
   }
 
   function layoutFor(drawn, runId) {
@@ -206,7 +287,8 @@ window.PerfwebTimeline = (function () {
     async function draw() {
       const series = splice(state.overview, state.detail);
       const drawn = [];
-      config.rows.forEach(function (row) {
+      const scalars = scalarRows(series, config.extras);
+      config.rows.concat(scalars.rows).forEach(function (row) {
         const built = rowTraces(row, series, drawn.length, { bands: state.bands, zoomed: !!state.detail });
         if (built.traces.length) drawn.push({ row: row, traces: built.traces, unit: built.unit });
       });
@@ -219,6 +301,19 @@ window.PerfwebTimeline = (function () {
         p.textContent = line.text;
         notesEl.appendChild(p);
       });
+      if (scalars.hidden.length) {
+        const p = document.createElement("p");
+        p.className = "no-data";
+        p.dataset.group = "scalars";
+        p.textContent = scalars.hidden.length + " more scalar" + (scalars.hidden.length > 1 ? "s" : "") +
+          " not drawn (" + scalars.hidden.join(", ") + "): the timeline draws the first " +
+          config.extras.scalarRowsMax + " by name; the read API has them all (GET " + config.api +
+          "/series?name=" + config.extras.scalarPrefix + scalars.hidden[0] + ").";
+        notesEl.appendChild(p);
+      }
+      const bands = phaseBands(series, config.extras);
+      const legend = phaseLegend(bands);
+      if (legend) notesEl.appendChild(legend);
       const loading = document.getElementById("timeline-loading");
       if (loading) loading.remove();
       if (!drawn.length) {
@@ -226,13 +321,16 @@ window.PerfwebTimeline = (function () {
         return;
       }
       const traces = [].concat.apply([], drawn.map(function (d) { return d.traces; }));
-      await Plotly.react(el, traces, layoutFor(drawn, config.runId), {
+      const layout = layoutFor(drawn, config.runId);
+      layout.shapes = phaseShapes(bands);
+      await Plotly.react(el, traces, layout, {
         responsive: true, displaylogo: false, scrollZoom: false,
         modeBarButtonsToRemove: ["select2d", "lasso2d", "autoScale2d"],
       });
       if (!state.plotted) { el.on("plotly_relayout", onRelayout); state.plotted = true; }
       el.dataset.points = traces.reduce(function (n, t) { return n + t.x.length; }, 0);
       el.dataset.rows = drawn.map(function (d) { return d.row.key; }).join(",");
+      el.dataset.phases = bands.map(function (b) { return b.phase; }).join(",");
     }
 
     async function loadOverview() {
@@ -278,6 +376,6 @@ window.PerfwebTimeline = (function () {
 
   return {
     create: create, splice: splice, emptyLines: emptyLines, fromAxis: fromAxis, toAxis: toAxis,
-    deviceLabel: deviceLabel,
+    deviceLabel: deviceLabel, scalarRows: scalarRows, phaseBands: phaseBands,
   };
 })();
