@@ -10,13 +10,9 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
-from agent.abstats import VERDICT_LABELS
+from agent.abstats import AGREEMENT_RTOL, AGREEMENT_TOP1_MIN, VERDICT_LABELS
 from perfweb.projects.models import Project
 from perfweb.runs.models import Run
-
-# The default output-agreement tolerance of a job (the A/B engine's defaults).
-AGREEMENT_TOP1 = 0.99
-AGREEMENT_RTOL = 1e-2
 
 
 class Job(models.Model):
@@ -42,7 +38,7 @@ class Job(models.Model):
     warmup = models.PositiveIntegerField(default=3)
     # Output agreement a faster candidate must keep to count as verified (agent/abstats.py):
     # top-1 agreement at least `agreement_top1`, max relative difference at most `agreement_rtol`.
-    agreement_top1 = models.FloatField(default=AGREEMENT_TOP1)
+    agreement_top1 = models.FloatField(default=AGREEMENT_TOP1_MIN)
     agreement_rtol = models.FloatField(default=AGREEMENT_RTOL)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL

@@ -27,6 +27,8 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from agent.abstats import (
+    AGREEMENT_RTOL,
+    AGREEMENT_TOP1_MIN,
     CHANGES_RESULTS,
     FASTER,
     INCONCLUSIVE,
@@ -39,7 +41,7 @@ from agent.abstats import (
     stop_sentence,
 )
 from agent.knobs import FINDING_KNOBS, KNOBS, KnobError, validate_knobs
-from perfweb.jobs.models import AGREEMENT_RTOL, AGREEMENT_TOP1, FixVerification, Job, JobArm
+from perfweb.jobs.models import FixVerification, Job, JobArm
 from perfweb.jobs.signals import fix_verification_changed
 from perfweb.projects.models import Membership, Project
 from perfweb.runs.models import Run
@@ -111,7 +113,7 @@ def job_create(
     steps: int = 20,
     warmup: int = 3,
     max_rounds: int = MAX_ROUNDS,
-    agreement_top1: float = AGREEMENT_TOP1,
+    agreement_top1: float = AGREEMENT_TOP1_MIN,
     agreement_rtol: float = AGREEMENT_RTOL,
 ) -> Job:
     """Queue a job for the run's host; only a member of the run's project may."""
@@ -137,12 +139,12 @@ def job_create(
     if not rounds <= max_rounds <= MAX_ROUNDS:
         raise JobError(f"max_rounds must be in {rounds}..{MAX_ROUNDS}")
     tolerance = {"agreement_top1": agreement_top1, "agreement_rtol": agreement_rtol}
-    for name, (low, high) in TOLERANCE_LIMITS.items():
-        value = tolerance[name]
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise JobError(f"{name} must be a number in {low:g}..{high:g}")
-        if not (math.isfinite(value) and low <= value <= high):
-            raise JobError(f"{name} must be a number in {low:g}..{high:g}")
+    for name, (least, most) in TOLERANCE_LIMITS.items():
+        limit = tolerance[name]
+        if isinstance(limit, bool) or not isinstance(limit, int | float):
+            raise JobError(f"{name} must be a number in {least:g}..{most:g}")
+        if not (math.isfinite(limit) and least <= limit <= most):
+            raise JobError(f"{name} must be a number in {least:g}..{most:g}")
     return Job.objects.create(
         project=run.project, run=run, host=run.host, finding_id=finding_id,
         knobs=settings_checked, created_by=user, max_rounds=max_rounds,
