@@ -34,6 +34,7 @@ from agent.abstats import (
     INCONCLUSIVE,
     VERDICT_LABELS,
     Comparison,
+    changed_results_note,
     compare,
     final_verdict,
     round_from_arms,
@@ -422,21 +423,10 @@ def job_finding_id(*, job: Job) -> str:
 
 
 def changes_results_reason(result: Mapping[str, Any]) -> str:
-    """Why a faster result is not verified, in one line (the run page's badge says it)."""
-    agreement, parity = result.get("agreement") or {}, result.get("loss_parity") or {}
-    reasons = []
-    if agreement.get("visible") and agreement.get("within_tolerance") is False:
-        top1, rel = agreement.get("top1_agreement"), agreement.get("max_rel_diff")
-        if top1 is not None and top1 < agreement.get("top1_min", 0):
-            reasons.append(f"top-1 agreement {top1:.1%} < {agreement['top1_min']:.1%}")
-        if rel is not None and rel > agreement.get("rel_max", math.inf):
-            reasons.append(f"max rel. difference {rel:.3g} > {agreement['rel_max']:.3g}")
-        if not reasons:
-            reasons.append(agreement.get("note") or "outputs outside tolerance")
-    if parity.get("visible") and parity.get("within_tolerance") is False:
-        moved, tolerance = parity.get("relative_difference") or 0, parity.get("tolerance") or 0
-        reasons.append(f"loss moved {moved:.1%} > {tolerance:.0%}")
-    return f"{CHANGES_RESULTS}: {'; '.join(reasons)}"[:200]
+    """Why a faster result is not verified, in one line with its numbers (the engine's
+    words, `agent.abstats.changed_results_note`; the run page's badge says it)."""
+    note = changed_results_note({**result, "verdict": CHANGES_RESULTS}) or "results moved"
+    return f"{CHANGES_RESULTS}: {note}"[:200]
 
 
 def fix_verification_update(*, job: Job) -> FixVerification | None:

@@ -167,8 +167,8 @@ def test_a_job_whose_fix_changes_the_outputs_says_so(
     assert rows["max_rel_diff"]["cells"][2:] == ["8.00e-02", "above the 1e-02 tolerance"]
     check = page.locator('[data-testid="results-check"]')
     assert check.inner_text() == (
-        "faster but changes results: top-1 agreement 91.0% < 99.0%; "
-        "max rel. difference 0.08 > 0.01. Not verified."
+        "faster but changes results: top-1 agreement 91.0% below the 99% minimum; "
+        "max rel. diff 8.00e-02 above the 1e-02 tolerance. Not verified."
     )
     color = check.evaluate("(el) => getComputedStyle(el).color")
     assert color == "rgb(214, 69, 69)", color  # var(--failed)

@@ -149,7 +149,8 @@ def test_a_forged_faster_result_outside_the_agreement_tolerance_changes_results(
     verification = FixVerification.objects.get(run=run, finding_id="model.quantization")
     assert verification.status == "refuted"  # ...but never verified
     assert verification.reason == (
-        "faster but changes results: top-1 agreement 95.0% < 99.0%; max rel. difference 0.2 > 0.01"
+        "faster but changes results: top-1 agreement 95.0% below the 99% minimum; "
+        "max rel. diff 2.00e-01 above the 1e-02 tolerance"
     )
     assert verified_gains_for_run(run=run) == {"model.quantization": 0.0}
     assert measured_gains_for_run(run=run)["model.quantization"]["status"] == "refuted"
@@ -198,7 +199,7 @@ def test_a_faster_training_fix_whose_loss_moved_changes_results(
     job = Job.objects.get(id=claimed["id"])
     assert job.verdict == CHANGES_RESULTS and job.result["kind"] == "training"
     assert FixVerification.objects.get(run=run).reason == (
-        "faster but changes results: loss moved 25.0% > 5%"
+        "faster but changes results: loss 25.0% from the baseline's, outside 5%"
     )
     state = _browser(owner).get(f"/jobs/{job.id}.json").json()
     keys = [row["key"] for row in state["before_after"]]
