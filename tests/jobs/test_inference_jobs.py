@@ -427,3 +427,6 @@ def test_a_changes_results_fix_is_no_measured_gain_in_the_ranking_or_alerts(
     assert brief is not None and brief["gain"] == 0.0  # what an alert would quote
     top = Finding.objects.filter(run=run).order_by("rank").first()
     assert top is not None and top.rule_id != "model.quantization"
+    page = _browser(owner).get(f"/runs/{run.run_id}/").content.decode()
+    assert "badge-refuted" in page and "refuted · faster but changes results" in page
+    assert "badge-verified" not in page
