@@ -108,6 +108,8 @@ def test_an_inference_job_page_fills_in_its_before_after_table(
     form.locator('input[name="knob"]').fill("quantize=dynamic")
     form.locator('input[name="rounds"]').fill("3")
     assert form.locator('input[name="agreement_top1"]').input_value() == "0.99"
+    assert form.locator('input[name="agreement_rtol"]').input_value() == "0.01"
+    page.screenshot(path=str(screenshot_dir / "new-job-form.png"), full_page=True)
     form.locator('button[type="submit"]').click()
     page.wait_for_url(f"{perfweb_server.url}/jobs/*/")
     job_id = int(page.url.rstrip("/").rsplit("/", 1)[1])
