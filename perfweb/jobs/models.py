@@ -10,7 +10,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
-from agent.abstats import VERDICT_LABELS
+from agent.abstats import AGREEMENT_RTOL, AGREEMENT_TOP1_MIN, VERDICT_LABELS
 from perfweb.projects.models import Project
 from perfweb.runs.models import Run
 
@@ -36,6 +36,10 @@ class Job(models.Model):
     time_budget_s = models.PositiveIntegerField(default=1800)  # no extra round past this
     steps = models.PositiveIntegerField(default=20)
     warmup = models.PositiveIntegerField(default=3)
+    # Output agreement a faster candidate must keep to count as verified (agent/abstats.py):
+    # top-1 agreement at least `agreement_top1`, max relative difference at most `agreement_rtol`.
+    agreement_top1 = models.FloatField(default=AGREEMENT_TOP1_MIN)
+    agreement_rtol = models.FloatField(default=AGREEMENT_RTOL)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
     )
@@ -79,6 +83,13 @@ class JobArm(models.Model):
     mean_s = models.FloatField(null=True, blank=True)  # what the speedup compares
     step_s = models.JSONField(default=list)
     loss = models.JSONField(default=list)  # per step, warm-up included; [] when not visible
+    kind = models.CharField(max_length=10, default="unknown")  # training | inference | unknown
+    batch_sizes = models.JSONField(null=True, blank=True)  # per kept step; None: not seen
+    peak_rss_bytes = models.BigIntegerField(null=True, blank=True)
+    cuda_max_allocated_bytes = models.BigIntegerField(null=True, blank=True)
+    # The candidate's output agreement with the same round's baseline, as the agent
+    # summarised it (samples, top1_agreement, max/mean abs diff, max rel diff); None elsewhere.
+    outputs = models.JSONField(null=True, blank=True)
     received_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -8,9 +8,10 @@ from typing import Any
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import QuerySet
 
-from agent.knobs import FINDING_KNOBS, KNOBS
+from agent.abstats import CHANGES_RESULTS, before_after_rows
+from agent.knobs import KNOBS
 from perfweb.jobs.models import FixVerification, Job
-from perfweb.jobs.services import claim_ttl
+from perfweb.jobs.services import changes_results_reason, claim_ttl, finding_knob
 from perfweb.runs.models import Run
 
 
@@ -46,6 +47,9 @@ def job_for_runner(*, job: Job, claim_secret: str) -> dict[str, Any]:
         "time_budget_s": job.time_budget_s,
         "steps": job.steps,
         "warmup": job.warmup,
+        # The output agreement a faster candidate must keep (the runner validates them too).
+        "agreement_top1": job.agreement_top1,
+        "agreement_rtol": job.agreement_rtol,
         "claim_ttl_s": claim_ttl().total_seconds(),  # post progress well within this
     }
 
@@ -67,6 +71,12 @@ def job_state(*, job: Job) -> dict[str, Any]:
         "progress": {"done": len(arms), "total": total, "fraction": len(arms) / total},
         "arms": arms,
         "result": job.result,
+        "kind": (job.result or {}).get("kind", ""),  # training | inference | unknown
+        # the before/after table the page and `perf-agent ab` print (agent.abstats)
+        "before_after": before_after_rows(job.result) if job.result else [],
+        "results_check": results_check(job=job),
+        "agreement_top1": job.agreement_top1,
+        "agreement_rtol": job.agreement_rtol,
         "verdict": job.verdict,
         "verdict_label": job.verdict_label,
         "stop_reason": job.stop_reason,
@@ -76,6 +86,33 @@ def job_state(*, job: Job) -> dict[str, Any]:
         "ci_high": job.ci_high,
         "error": job.error,
     }
+
+
+def results_check(*, job: Job) -> str:
+    """One sentence on whether the fix kept the results: output agreement for inference,
+    loss parity for training; empty before the job has a result."""
+    result = job.result
+    if not result:
+        return ""
+    if result.get("verdict") == CHANGES_RESULTS:
+        return f"{changes_results_reason(result)}. Not verified."
+    agreement, parity = result.get("agreement") or {}, result.get("loss_parity") or {}
+    parts = []
+    if agreement.get("visible"):
+        said = []
+        if (top1 := agreement.get("top1_agreement")) is not None:
+            said.append(f"top-1 {top1:.1%} (at least {agreement['top1_min']:.1%})")
+        if (rel := agreement.get("max_rel_diff")) is not None:
+            said.append(f"max rel. difference {rel:.2e} (at most {agreement['rel_max']:.0e})")
+        state = "agree" if agreement.get("within_tolerance") else "differ"
+        detail = ", ".join(said) or agreement.get("note", "")
+        parts.append(f"Outputs {state} over {agreement.get('samples', 0)} requests: {detail}.")
+    elif result.get("kind") == "inference":
+        parts.append(f"Output agreement not measured ({agreement.get('note') or 'no outputs'}).")
+    if parity.get("visible"):
+        state = "within" if parity.get("within_tolerance") else "outside"
+        parts.append(f"Loss {state} {parity.get('tolerance', 0):.0%} of the baseline's.")
+    return " ".join(parts)
 
 
 def fix_verifications_for_run(*, run: Run) -> dict[str, FixVerification]:
@@ -115,9 +152,11 @@ def verified_gains_for_run(*, run: Run) -> dict[str, float]:
     }
 
 
-def suggested_knobs(*, finding_id: str, knob_text: str = "", facts: dict | None = None) -> dict:
+def suggested_knobs(
+    *, finding_id: str, knob_text: str = "", facts: dict | None = None, run: Run | None = None
+) -> dict:
     """Concrete knob settings for a finding's fix (`num_workers=N` gets an N from the facts)."""
-    name = FINDING_KNOBS.get(finding_id)
+    name = finding_knob(finding_id=finding_id, run=run)
     if name is None:
         return {}
     _, _, raw = (knob_text or "").partition("=")

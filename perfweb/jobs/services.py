@@ -27,22 +27,33 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from agent.abstats import (
+    AGREEMENT_RTOL,
+    AGREEMENT_TOP1_MIN,
+    CHANGES_RESULTS,
     FASTER,
     INCONCLUSIVE,
     VERDICT_LABELS,
     Comparison,
+    changed_results_note,
     compare,
-    paired_round,
+    final_verdict,
+    round_from_arms,
     stop_of,
     stop_sentence,
 )
-from agent.knobs import FINDING_KNOBS, KnobError, validate_knobs
+from agent.knobs import FINDING_KNOBS, KNOBS, KnobError, validate_knobs
 from perfweb.jobs.models import FixVerification, Job, JobArm
 from perfweb.jobs.signals import fix_verification_changed
 from perfweb.projects.models import Membership, Project
 from perfweb.runs.models import Run
 
 SIZE_LIMITS = {"rounds": (1, 20), "steps": (3, 1000), "warmup": (0, 100)}
+# A job's output-agreement tolerance: top-1 agreement at least this share, the max relative
+# difference at most this (0 demands identical outputs).
+TOLERANCE_LIMITS = {"agreement_top1": (0.0, 1.0), "agreement_rtol": (0.0, 1.0)}
+ARM_KINDS = ("training", "inference", "unknown")
+MAX_BYTES = 1 << 50  # a peak memory above 1 PiB is not a measurement
+MAX_BATCH = 1 << 31
 MAX_ROUNDS = 20  # rounds a job may add while its verdict is inconclusive
 TIME_BUDGET_S = 1800  # the runner starts no extra round that would end past this
 
@@ -78,6 +89,21 @@ def _is_member(*, user: AbstractBaseUser, project: Project) -> bool:
     )
 
 
+def finding_knob(*, finding_id: str, run: Run | None = None) -> str | None:
+    """The knob that fixes a finding: the catalogue's (FIXES.md), else the one the run's
+    stored finding proposes (`fix.knob`, e.g. `compile=default` on an inference finding),
+    when that knob is on the closed list. None: the finding has no knob."""
+    name = FINDING_KNOBS.get(finding_id)
+    if name is not None or run is None:
+        return name
+    from perfweb.diagnostics.models import Finding  # diagnostics reads this module's gains
+
+    fix = Finding.objects.filter(run=run, rule_id=finding_id).values_list("fix", flat=True).first()
+    text = fix.get("knob") if isinstance(fix, dict) else None
+    proposed = text.partition("=")[0].strip() if isinstance(text, str) else ""
+    return proposed if proposed in KNOBS else None
+
+
 def job_create(
     *,
     user: AbstractBaseUser,
@@ -88,6 +114,8 @@ def job_create(
     steps: int = 20,
     warmup: int = 3,
     max_rounds: int = MAX_ROUNDS,
+    agreement_top1: float = AGREEMENT_TOP1_MIN,
+    agreement_rtol: float = AGREEMENT_RTOL,
 ) -> Job:
     """Queue a job for the run's host; only a member of the run's project may."""
     if not _is_member(user=user, project=run.project):
@@ -100,18 +128,29 @@ def job_create(
         raise JobError("choose at least one knob")
     if not run.command or not run.host:
         raise JobError("this run has no recorded command and host to measure")
-    if finding_id and FINDING_KNOBS.get(finding_id) not in settings_checked:
+    if finding_id and finding_knob(finding_id=finding_id, run=run) not in settings_checked:
         raise JobError(f"finding {finding_id} has no knob among {sorted(settings_checked)}")
     sizes = {"rounds": rounds, "steps": steps, "warmup": warmup}
     for name, (low, high) in SIZE_LIMITS.items():
-        if not low <= int(sizes[name]) <= high:
+        value = sizes[name]
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
             raise JobError(f"{name} must be in {low}..{high}")
-    if not int(rounds) <= max_rounds <= MAX_ROUNDS:
+    if isinstance(max_rounds, bool) or not isinstance(max_rounds, int):
         raise JobError(f"max_rounds must be in {rounds}..{MAX_ROUNDS}")
+    if not rounds <= max_rounds <= MAX_ROUNDS:
+        raise JobError(f"max_rounds must be in {rounds}..{MAX_ROUNDS}")
+    tolerance = {"agreement_top1": agreement_top1, "agreement_rtol": agreement_rtol}
+    for name, (least, most) in TOLERANCE_LIMITS.items():
+        limit = tolerance[name]
+        if isinstance(limit, bool) or not isinstance(limit, int | float):
+            raise JobError(f"{name} must be a number in {least:g}..{most:g}")
+        if not (math.isfinite(limit) and least <= limit <= most):
+            raise JobError(f"{name} must be a number in {least:g}..{most:g}")
     return Job.objects.create(
         project=run.project, run=run, host=run.host, finding_id=finding_id,
         knobs=settings_checked, created_by=user, max_rounds=max_rounds,
-        time_budget_s=TIME_BUDGET_S, **sizes,
+        time_budget_s=TIME_BUDGET_S, agreement_top1=float(agreement_top1),
+        agreement_rtol=float(agreement_rtol), **sizes,
     )  # fmt: skip
 
 
@@ -205,14 +244,79 @@ def _store_arm(*, job: Job, arm: Mapping[str, Any]) -> None:
     if len(step_s) < 3 or min(step_s) <= 0:
         raise JobError("arm.step_s must hold at least 3 positive step times")
     loss = [None if math.isnan(x) else x for x in _numbers(arm, "loss", allow_none=True)]
+    kind = arm.get("kind", "unknown")
+    if kind is None:
+        kind = "unknown"
+    if kind not in ARM_KINDS:
+        raise JobError(f"arm.kind must be one of {', '.join(ARM_KINDS)}")
+    batch_sizes = _batch_sizes(arm, steps=len(step_s))
+    peak_rss = _bytes(arm, "peak_rss_bytes")
+    cuda_peak = _bytes(arm, "cuda_max_allocated_bytes")
+    outputs = _outputs(arm.get("outputs"))
+    if outputs is not None and which != "candidate":
+        raise JobError("arm.outputs is the candidate's agreement with the baseline: "
+                       "only a candidate arm has it")  # fmt: skip
     try:
         with transaction.atomic():
             JobArm.objects.create(
                 job=job, round=number, arm=which, median_s=statistics.median(step_s),
-                mean_s=statistics.fmean(step_s), step_s=step_s, loss=loss,
+                mean_s=statistics.fmean(step_s), step_s=step_s, loss=loss, kind=kind,
+                batch_sizes=batch_sizes, peak_rss_bytes=peak_rss,
+                cuda_max_allocated_bytes=cuda_peak, outputs=outputs,
             )  # fmt: skip
     except IntegrityError:
         pass  # the same arm posted twice (a retry): stored once
+
+
+def _whole(value: Any, name: str, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise JobError(f"{name} must be a whole number in {low}..{high}")
+    return value
+
+
+def _batch_sizes(arm: Mapping[str, Any], *, steps: int) -> list[int] | None:
+    """One batch size per kept step, or None when the agent saw none."""
+    values = arm.get("batch_sizes")
+    if values is None:
+        return None
+    if not isinstance(values, list) or len(values) != steps:
+        raise JobError(f"arm.batch_sizes must be null or a list of {steps} whole numbers, "
+                       "one per step time")  # fmt: skip
+    return [_whole(v, f"arm.batch_sizes[{i}]", 1, MAX_BATCH) for i, v in enumerate(values)]
+
+
+def _bytes(arm: Mapping[str, Any], name: str) -> int | None:
+    value = arm.get(name)
+    return None if value is None else _whole(value, f"arm.{name}", 0, MAX_BYTES)
+
+
+def _outputs(raw: Any) -> dict[str, Any] | None:
+    """The candidate's output-agreement summary (agent/aboutputs.py), checked field by field;
+    unknown keys are dropped: what is stored is what the server understands."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise JobError("arm.outputs must be null or an object")
+    summary: dict[str, Any] = {
+        "samples": _whole(raw.get("samples"), "arm.outputs.samples", 0, 10**9),
+        # requests whose output shape or finiteness differ: always outside tolerance
+        "mismatched": _whole(raw.get("mismatched", 0), "arm.outputs.mismatched", 0, 10**9),
+    }
+    top1 = raw.get("top1_agreement")
+    if top1 is not None and not 0.0 <= _finite(top1, "arm.outputs.top1_agreement") <= 1.0:
+        raise JobError("arm.outputs.top1_agreement must be null or a number in 0..1")
+    summary["top1_agreement"] = None if top1 is None else float(top1)
+    for name in ("max_abs_diff", "mean_abs_diff", "max_rel_diff"):
+        value = raw.get(name)  # None: nothing comparable (e.g. every output mismatched)
+        if value is not None and _finite(value, f"arm.outputs.{name}") < 0:
+            raise JobError(f"arm.outputs.{name} must be null or a number of at least 0")
+        summary[name] = None if value is None else float(value)
+    note = raw.get("note", "")
+    if not isinstance(note, str) or len(note) > 200:
+        raise JobError("arm.outputs.note must be a string of at most 200 characters")
+    if note:
+        summary["note"] = note
+    return summary
 
 
 def job_comparison(*, job: Job) -> Comparison:
@@ -225,20 +329,15 @@ def job_comparison(*, job: Job) -> Comparison:
     if len(complete) < job.rounds:
         raise JobError(f"the job has {len(complete)} complete rounds of the {job.rounds} it needs")
 
-    def losses(arm: JobArm) -> list[float]:
-        return [math.nan if v is None else float(v) for v in arm.loss or []]
-
     rounds = [
-        paired_round(
-            baseline_step_s=pair["baseline"].step_s,
-            candidate_step_s=pair["candidate"].step_s,
-            baseline_loss=losses(pair["baseline"]),
-            candidate_loss=losses(pair["candidate"]),
-            warmup=job.warmup,
-        )  # fmt: skip
+        round_from_arms(
+            _arm_dict(pair["baseline"]), _arm_dict(pair["candidate"]), warmup=job.warmup
+        )
         for pair in complete
     ]
-    comparison = compare(rounds)
+    # The verdict is the engine's: speed from the interval, then the results check against
+    # this job's tolerance (a faster candidate whose outputs or loss moved is never "faster").
+    comparison = compare(rounds, top1_min=job.agreement_top1, rel_max=job.agreement_rtol)
     # A runner stops early only at its time bound; a decided verdict or the limit says so.
     stopped = stop_of(
         verdict=comparison.verdict, rounds=len(rounds), max_rounds=job.max_rounds,
@@ -249,6 +348,15 @@ def job_comparison(*, job: Job) -> Comparison:
         stopped=stopped, verdict=comparison.verdict, rounds=len(rounds), max_rounds=job.max_rounds
     )
     return comparison
+
+
+def _arm_dict(arm: JobArm) -> dict[str, Any]:
+    """A stored arm in the shape the runner posted it (`agent.ab.Arm.to_dict()`)."""
+    return {
+        "step_s": arm.step_s, "loss": arm.loss, "kind": arm.kind,
+        "batch_sizes": arm.batch_sizes, "peak_rss_bytes": arm.peak_rss_bytes,
+        "cuda_max_allocated_bytes": arm.cuda_max_allocated_bytes, "outputs": arm.outputs,
+    }  # fmt: skip
 
 
 def job_finish(*, job: Job, claim_token: str) -> Job:
@@ -314,6 +422,13 @@ def job_finding_id(*, job: Job) -> str:
     return ""
 
 
+def changes_results_reason(result: Mapping[str, Any]) -> str:
+    """Why a faster result is not verified, in one line with its numbers (the engine's
+    words, `agent.abstats.changed_results_note`; the run page's badge says it)."""
+    note = changed_results_note({**result, "verdict": CHANGES_RESULTS}) or "results moved"
+    return f"{CHANGES_RESULTS}: {note}"[:200]
+
+
 def fix_verification_update(*, job: Job) -> FixVerification | None:
     """Turn a succeeded job into its finding's verification (safe to run twice)."""
     if job.status != Job.SUCCEEDED or not job.result:
@@ -327,16 +442,17 @@ def fix_verification_update(*, job: Job) -> FixVerification | None:
     if newer is not None:
         return newer  # a later job's measurement stands
     result = job.result
-    parity = result.get("loss_parity") or {}
-    loss_ok = not parity.get("visible") or parity.get("within_tolerance") is not False
-    if result["verdict"] == FASTER and loss_ok:
+    # Re-checked here, not only taken from the stored verdict: a result stored before the
+    # results check existed (or with a loss out of tolerance) must not be verified either.
+    verdict = final_verdict(result["verdict"], result.get("loss_parity"), result.get("agreement"))
+    if verdict == FASTER:
         status, reason = FixVerification.VERIFIED, "measured faster"
-    elif result["verdict"] == FASTER:
-        status, reason = FixVerification.REFUTED, "faster, but the loss moved beyond tolerance"
-    elif result["verdict"] == INCONCLUSIVE:  # the ranking keeps the finding's estimate
+    elif verdict == CHANGES_RESULTS:  # never a verified gain: the ranking gets 0
+        status, reason = FixVerification.REFUTED, changes_results_reason(result)
+    elif verdict == INCONCLUSIVE:  # the ranking keeps the finding's estimate
         status, reason = FixVerification.INCONCLUSIVE, VERDICT_LABELS[INCONCLUSIVE]
     else:
-        status, reason = FixVerification.REFUTED, result["verdict"]
+        status, reason = FixVerification.REFUTED, verdict
     verification, _ = FixVerification.objects.update_or_create(
         run=job.run, finding_id=finding_id,
         defaults={

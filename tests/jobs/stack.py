@@ -141,10 +141,11 @@ class Stack:
         return ""
 
     def try_fix(self, run_id: str, *, finding_id: str = "", knob: str, rounds: int = 3,
-                steps: int = 15, max_rounds: int = 20) -> int:  # fmt: skip
-        """The "Try this fix" button (or the knob form) on the run's jobs page: the job id."""
+                steps: int = 15, max_rounds: int = 20, **extra: str) -> int:  # fmt: skip
+        """The "Try this fix" button (or the knob form, with `extra` fields such as
+        agreement_top1) on the run's jobs page: the job id."""
         fields = {"knob": knob, "rounds": str(rounds), "steps": str(steps),
-                  "max_rounds": str(max_rounds)}  # fmt: skip
+                  "max_rounds": str(max_rounds), **extra}  # fmt: skip
         if finding_id:
             fields["finding_id"] = finding_id
         landed = self.form(f"/runs/{run_id}/jobs/", fields)

@@ -83,6 +83,49 @@ def test_a_knob_that_does_nothing_on_a_healthy_run_is_never_verified(stack: Stac
     print("cudnn_benchmark=true:", _summary(state), state["verdict"], f"({rounds} rounds)")
 
 
+SERVING = ("python", "examples/serving_linear_fp32.py", "--requests", "60")
+
+
+def test_an_inference_fix_that_changes_outputs_is_never_verified(stack: Stack) -> None:
+    """quantize=dynamic on the fp32 Linear-heavy serving example, through the real runner:
+    both arms' latency, throughput and memory and the candidate's output agreement reach the
+    server; at the default tolerance the int8 logits differ too much to verify, at a loose
+    one set on the job the same fix is judged by its speed alone."""
+    run_id = stack.attach(*SERVING)
+    strict_id = stack.try_fix(run_id, finding_id="model.quantization", knob="quantize=dynamic",
+                              rounds=2, steps=10, max_rounds=4)  # fmt: skip
+    loose_id = stack.try_fix(run_id, finding_id="model.quantization", knob="quantize=dynamic",
+                             rounds=2, steps=10, max_rounds=4, agreement_top1="0.5",
+                             agreement_rtol="0.5")  # fmt: skip
+    strict = stack.wait_job(strict_id, deadline_s=600)
+    assert strict["status"] == "succeeded", strict["error"] + stack.logs()
+    result = strict["result"]
+    assert strict["kind"] == "inference" and result["kind"] == "inference"
+    keys = [row["key"] for row in strict["before_after"]]
+    assert keys == ["latency_p50_s", "latency_p99_s", "throughput_rps", "throughput_sps",
+                    "peak_rss_bytes", "top1_agreement", "max_rel_diff"], keys  # fmt: skip
+    for arm in ("baseline_metrics", "candidate_metrics"):
+        metrics = result[arm]
+        assert metrics["throughput_sps"] == pytest.approx(16 * metrics["throughput_rps"])
+        assert metrics["peak_rss_bytes"] > 100 * 2**20  # torch and the model: a real process
+    agreement = result["agreement"]
+    assert agreement["visible"] and agreement["samples"] > 0
+    assert agreement["max_rel_diff"] > 1e-2 and agreement["within_tolerance"] is False
+    expected = "faster but changes results" if result["speed_verdict"] == "faster" else None
+    assert strict["verdict"] == (expected or result["speed_verdict"]), strict
+    assert strict["verdict"] != "faster"
+    status, _gain, _speedup = _verification(stack, run_id, "model.quantization")
+    assert status in ("refuted", "inconclusive")  # never "verified"
+
+    loose = stack.wait_job(loose_id, deadline_s=600)
+    assert loose["status"] == "succeeded", loose["error"] + stack.logs()
+    assert (loose["agreement_top1"], loose["agreement_rtol"]) == (0.5, 0.5)
+    assert loose["result"]["agreement"]["within_tolerance"] is True
+    assert loose["verdict"] == loose["result"]["speed_verdict"]  # judged by its speed alone
+    print("quantize=dynamic, default tolerance:", _summary(strict), strict["verdict"],
+          "| rtol 0.5:", _summary(loose), loose["verdict"])  # fmt: skip
+
+
 def test_the_job_page_draws_the_rounds_and_a_full_progress_bar(stack: Stack, browser: Any) -> None:
     # The num_workers job of the first test of this module, as its user sees it.
     (job_id,) = stack.wait_row("SELECT id FROM jobs_job WHERE status = 'succeeded' LIMIT 1")

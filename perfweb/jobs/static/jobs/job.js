@@ -3,6 +3,7 @@
   "use strict";
   const root = document.getElementById("job");
   const field = (name) => root.querySelector(`[data-field="${name}"]`);
+  const page = (name) => document.querySelector(`[data-field="${name}"]`);
 
   function draw(state) {
     const arms = { baseline: { x: [], y: [] }, candidate: { x: [], y: [] } };
@@ -20,6 +21,29 @@
     }, { displayModeBar: false, responsive: true });
   }
 
+  // The before/after table (agent.abstats.before_after_rows), rebuilt from the poll.
+  function table(state) {
+    const rows = state.before_after || [];
+    const body = page("before-after");
+    body.replaceChildren(...rows.map((row) => {
+      const tr = document.createElement("tr");
+      tr.dataset.key = row.key;
+      for (const [text, cls] of [[row.metric, ""], [row.before, "num"], [row.after, "num"],
+        [row.change, row.better === true ? "num better" : row.better === false ? "num worse" : "num"]]) {
+        const td = document.createElement("td");
+        td.textContent = text;
+        if (cls) td.className = cls;
+        tr.appendChild(td);
+      }
+      return tr;
+    }));
+    body.closest("table").hidden = rows.length === 0;
+    page("before-after-empty").hidden = rows.length > 0;
+    const check = page("results-check");
+    check.textContent = state.results_check || "";
+    check.classList.toggle("worse", state.verdict === "faster but changes results");
+  }
+
   function render(state) {
     field("status").textContent = state.status;
     field("progress").value = state.progress.fraction;
@@ -30,6 +54,7 @@
     }
     field("stop").textContent = state.stop_reason || "";
     if (state.terminal && field("cancel")) field("cancel").remove();
+    table(state);
     draw(state);
   }
 
