@@ -17,6 +17,7 @@ from perfweb.alerts.samples import recent_samples
 from perfweb.diagnostics.models import Finding
 from perfweb.projects.models import Project
 from perfweb.runs.models import Run
+from recommender.coverage import workload_kind
 
 # stored metric -> (exported name, help). Gauges of the latest sample of each device.
 LATEST_GAUGES: dict[str, tuple[str, str]] = {
@@ -111,10 +112,11 @@ def fleet_snapshot(*, project: Project, now: float | None = None) -> Snapshot:
 
 
 def _labels(run: Run) -> RunLabels:
-    kind = run.facts.get("workload.kind") if isinstance(run.facts, dict) else None
+    """The run's labels; `kind` as every other page labels it (recommender.coverage)."""
+    facts = run.facts if isinstance(run.facts, dict) else {}
     return RunLabels(
         run=run.run_id, run_name=run.name, host=run.host,
-        kind=kind if kind in ("training", "inference") else "unknown",
+        kind=workload_kind(facts=facts, steps=run.step_count) or "unknown",
     )
 
 
