@@ -153,25 +153,27 @@ def run_coverage(
     kind = workload_kind(facts=facts, steps=steps)
     source = facts.get("steps.source")
     unit = "request" if kind == "inference" else "step"
-    counted = (
+    seen = _seen(
         (steps, _count(steps, unit) + (f" on {_count(ranks, 'rank')}" if ranks > 1 else "")),
         (traces, _count(traces, "profiler trace")),
         (gpu_samples, _count(gpu_samples, "GPU sample")),
         (process_samples, _count(process_samples, "process sample")),
         (host_samples, _count(host_samples, "host sample")),
     )
-    seen = [text for count, text in counted if count]
-    missing = (
-        (steps, "steps or requests"),
-        (traces, "profiler traces"),
-        (gpu_samples, "GPU samples"),
-    )
-    not_seen = [text for count, text in missing if not count]
+    not_seen = [
+        text
+        for count, text in ((steps, "steps or requests"), (traces, "profiler traces"),
+                            (gpu_samples, "GPU samples"))
+        if not count
+    ]  # fmt: skip
     verdict = OBSERVED if steps else PARTLY_OBSERVED if traces or gpu_samples else NOT_OBSERVED
     reason = "" if steps else (UNSEEN_REASON if facts.get("torch.version") else NO_TORCH_REASON)
     causes = [reason] if reason else []
     causes += [] if gpu_samples else [NO_GPU_REASON]
     causes += [] if traces else [NO_TRACE_REASON]
+    missing = _missing(traces=traces, trace_gaps=trace_gaps, facts=bool(facts), steps=steps,
+                       why=agent_run, steps_reason=reason, gpu_samples=gpu_samples,
+                       other_samples=process_samples + host_samples)  # fmt: skip
     return Coverage(
         verdict=verdict,
         kind=kind,
@@ -186,20 +188,15 @@ def run_coverage(
         not_seen=not_seen,
         reason=reason,
         causes=causes if verdict != OBSERVED else [],
-        missing=_missing(
-            traces=traces,
-            trace_gaps=trace_gaps,
-            facts=bool(facts),
-            steps=steps,
-            why=agent_run,
-            steps_reason=reason,
-            gpu_samples=gpu_samples,
-            other_samples=process_samples + host_samples,
-        ),
+        missing=missing,
         headline=HEADLINES.get(verdict, ""),
         fix="" if steps else FIX_LINE,
         statement=_statement(verdict=verdict, reason=reason, seen=seen),
     )
+
+
+def _seen(*counted: tuple[int, str]) -> list[str]:
+    return [text for count, text in counted if count]
 
 
 def _statement(*, verdict: str, reason: str, seen: list[str]) -> str:

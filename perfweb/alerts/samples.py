@@ -13,10 +13,10 @@ from collections.abc import Iterable
 import numpy as np
 from django.db.models import Max
 
-from perfweb.alerts.conditions import Series
 from perfweb.series import codec
 from perfweb.series.models import Chunk
 from perfweb.series.models import Series as SeriesRow
+from recommender.conditions import Series
 
 SeriesKey = tuple[str, str]  # (device, metric name)
 

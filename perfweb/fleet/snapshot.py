@@ -12,11 +12,11 @@ from django.db.models import Count
 from django.utils import timezone
 
 from agent.protocol import STEP_DATA_WAIT, STEP_DURATION
-from perfweb.alerts.conditions import Series
 from perfweb.alerts.samples import recent_samples
 from perfweb.diagnostics.models import Finding
 from perfweb.projects.models import Project
 from perfweb.runs.models import Run
+from recommender.conditions import Series
 from recommender.coverage import workload_kind
 
 # stored metric -> (exported name, help). Gauges of the latest sample of each device.

@@ -73,4 +73,3 @@ def agent_commands(*, run: Run, agent_id: str) -> list[dict[str, Any]]:
     """Commands for an agent, sent back in every ingest reply (none yet: trace capture on
     demand will add `{"type": "capture_trace", ...}`)."""
     return []
-
