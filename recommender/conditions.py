@@ -24,7 +24,13 @@ from typing import Any
 from recommender.evidence import RunEvidence, StepSample
 from recommender.evidence import Series as EvidenceSeries
 from recommender.rules.base import Finding
-from recommender.thresholds import GIB, HELD_MEMORY_BYTES, THROTTLE_MASK, THROTTLE_REASONS
+from recommender.thresholds import (
+    GIB,
+    HELD_MEMORY_BYTES,
+    LOW_UTILIZATION_PCT,
+    THROTTLE_MASK,
+    THROTTLE_REASONS,
+)
 
 # Share of the window the samples must span before a verdict is given (a run that started
 # 1 minute ago has not been "below 30% for 5 minutes").
@@ -167,7 +173,7 @@ def _minutes(window: Window) -> str:
     label="GPU utilisation below {threshold}% for {window} min",
     threshold_label="utilisation below (%)",
     window_label="for (minutes)",
-    default_threshold=30,
+    default_threshold=LOW_UTILIZATION_PCT,
     default_window_minutes=5,
     fix_id="gpu.low_utilization",
     metrics=("gpu.utilization",),
