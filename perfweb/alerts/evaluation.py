@@ -20,11 +20,12 @@ from datetime import datetime
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from perfweb.alerts import samples, selectors
+from perfweb.alerts import selectors
 from perfweb.alerts.models import Alert, AlertEvent, AlertRule
 from perfweb.alerts.notify import event_store
 from perfweb.alerts.why import stored_regression, top_finding_for_run
 from perfweb.runs.models import Run
+from perfweb.series import recent as samples
 from recommender.conditions import (
     BASELINE_STEPS,
     BASELINE_WARMUP_STEPS,

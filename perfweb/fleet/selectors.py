@@ -10,12 +10,12 @@ from typing import Any
 
 from django.db.models import Q, QuerySet
 
-from perfweb.alerts.samples import recent_samples
 from perfweb.diagnostics.models import Finding
 from perfweb.fleet import conf
 from perfweb.fleet.models import GpuPrice
 from perfweb.fleet.waste import HOUR, GpuTime, core_hours, gpu_time, kwh
 from perfweb.runs.models import Device, Run
+from perfweb.series.recent import recent_samples
 from recommender.conditions import Series
 from recommender.rules.cross_run import REGRESSION_ID
 

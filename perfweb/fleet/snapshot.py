@@ -1,6 +1,7 @@
 """The latest state of a project's live runs, as plain numbers: what the Prometheus export
-shows. Reads the stored series through the alert evaluator's batched reader (two queries for
-all runs), so a scrape costs the same whatever the number of runs."""
+shows. Reads the stored series through the batched reader the alert evaluator uses too
+(perfweb.series.recent: two queries for all runs), so a scrape costs the same whatever the
+number of runs."""
 
 from __future__ import annotations
 
@@ -12,10 +13,10 @@ from django.db.models import Count
 from django.utils import timezone
 
 from agent.protocol import STEP_DATA_WAIT, STEP_DURATION
-from perfweb.alerts.samples import recent_samples
 from perfweb.diagnostics.models import Finding
 from perfweb.projects.models import Project
 from perfweb.runs.models import Run
+from perfweb.series.recent import recent_samples
 from recommender.conditions import Series
 from recommender.coverage import workload_kind
 
