@@ -327,7 +327,7 @@ def raw_batches(
 
 def samples_of(body: dict[str, Any]) -> list[Any]:
     """A batch body's series as the endpoint's parser hands them on (float64 arrays)."""
-    from perfweb.series.services import Samples
+    from perfweb.runs.samples import Samples
 
     def array(values: Any) -> np.ndarray:
         return np.asarray(values, dtype=np.float64)

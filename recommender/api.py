@@ -27,7 +27,8 @@ class Report:
     run_id: str | None = None
     notes: list[str] = field(default_factory=list)
     run: dict[str, Any] = field(default_factory=dict)  # the agent's step timings, summarised
-    missing: list[str] = field(default_factory=list)  # evidence the rules could not read
+    # Evidence the rules could not read: `coverage.missing` (for a bare trace file too).
+    missing: list[str] = field(default_factory=list)
     coverage: Coverage | None = None  # what the agent saw (None for a bare trace file)
 
     def as_json(self) -> dict[str, Any]:
@@ -56,48 +57,15 @@ def analyze_evidence(
 ) -> Report:
     """Diagnose already-gathered evidence (what the server-side adapter calls). An agent's
     run (`agent_run`) also gets its coverage: what was seen, and what was not."""
-    coverage = evidence_coverage(evidence) if agent_run else None
+    coverage = evidence_coverage(evidence, agent_run=agent_run)
     return Report(
         traces=evidence.traces,
         findings=diagnose(evidence),
         run_id=run_id,
-        run=_run_summary(evidence, coverage=coverage),
-        missing=missing_evidence(evidence),
-        coverage=coverage,
+        run=_run_summary(evidence, coverage=coverage if agent_run else None),
+        missing=coverage.missing,
+        coverage=coverage if agent_run else None,
     )
-
-
-def missing_evidence(evidence: RunEvidence) -> list[str]:
-    """What the evidence lacks, in words, so that "no findings" is never read as "healthy"
-    when the rules had nothing to look at."""
-    missing: list[str] = []
-    if not evidence.traces:
-        missing.append("no profiler trace: kernel times, GPU idle causes, copies and syncs")
-    for trace in evidence.traces:
-        where = f"trace rank {trace.rank}"
-        if trace.cpu_events == 0:
-            missing.append(
-                f"{where} has GPU events only (no CPU operators): DataLoader waits, steps, "
-                "tiny-operator overhead and the model's operators (attention, DataParallel) "
-                "cannot be judged"
-            )
-        elif not trace.steps:
-            missing.append(
-                f"{where} has no ProfilerStep markers: GPU shares are of the first-to-last "
-                "kernel span, not of a step"
-            )
-        if not trace.launch.get("kernels") and trace.cpu_events:
-            missing.append(f"{where} has no GPU kernels (a CPU-only trace)")
-    if not evidence.facts:
-        missing.append(
-            "no agent facts: DataLoader, threads, precision and distributed settings are "
-            "unknown, so the rules about them could not run"
-        )
-    if not evidence.steps:
-        missing.append("no agent step timings: DataLoader wait and step time not measured")
-    if not evidence.series:
-        missing.append("no metric series: GPU utilisation, memory and CPU not measured")
-    return missing
 
 
 def _run_summary(evidence: RunEvidence, *, coverage: Coverage | None) -> dict[str, Any]:

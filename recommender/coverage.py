@@ -1,8 +1,12 @@
 """What the agent saw of a run, and what it did not: the evidence behind "no findings".
 
 A doctor that calls a patient it never examined healthy is worse than no doctor. Every
-report of a run (the run page, the read API, `python -m recommender analyze`) asks
-`run_coverage` first and says "no findings" only of a run whose evidence was there:
+report of a run (the run page, the findings and workload APIs, `python -m recommender
+analyze` as text and JSON) asks this module, the one engine for "what was not seen", and
+says "no findings" only of a run whose evidence was there. `run_coverage` gives the verdict
+and `Coverage.missing`, the one list of evidence the rules lacked, each item with what it
+blinds and, where known, why it was not seen; `missing_evidence` is that list for evidence
+already gathered (a bare trace file too, which has no agent run to judge):
 
 - `not_observed`: no step or request, no profiler trace and no GPU sample. Nothing could be
   diagnosed; the report says what was not seen, why, and the one line that fixes it.
@@ -13,10 +17,11 @@ report of a run (the run page, the read API, `python -m recommender analyze`) as
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from recommender.analysis.summary import TraceSummary
 from recommender.evidence import RunEvidence
 
 # How the agent found the step/request boundaries (fact `steps.source`), best first.
@@ -40,6 +45,15 @@ UNSEEN_REASON = (
 )
 NO_GPU_REASON = "no GPU the agent could read through NVML"
 NO_TRACE_REASON = "no profiler window was captured, as one opens only once steps are timed"
+# What each kind of missing evidence blinds: the items of `Coverage.missing`.
+MISSING_TRACE = "no profiler trace: kernel times, GPU idle causes, copies and syncs"
+MISSING_FACTS = (
+    "no agent facts: DataLoader, threads, precision and distributed settings are unknown, so "
+    "the rules about them could not run"
+)
+MISSING_STEPS = "no agent step timings: DataLoader wait and step time not measured"
+MISSING_SERIES = "no metric series: GPU utilisation, memory and CPU not measured"
+MISSING_GPU = "no GPU samples: GPU utilisation, memory, power and throttling not measured"
 HEADLINES = {
     NOT_OBSERVED: "Not examined, so not healthy either: the agent saw no step or request, no "
     "profiler trace and no GPU sample in this run.",
@@ -65,6 +79,8 @@ class Coverage:
     not_seen: list[str] = field(default_factory=list)  # e.g. "steps or requests", "GPU samples"
     reason: str = ""  # why the steps were not seen ("" when they were)
     causes: list[str] = field(default_factory=list)  # reason, and why no GPU sample or trace
+    # The one list of evidence the rules lacked, each with what it blinds (and why, if known).
+    missing: list[str] = field(default_factory=list)
     headline: str = ""  # the statement's first sentence, for a page ("" when observed)
     fix: str = ""  # the one line that fixes it ("" when nothing to fix)
     statement: str = ""  # what a report says instead of "no findings" ("" when observed)
@@ -97,6 +113,7 @@ class Coverage:
             "not_seen": self.not_seen,
             "reason": self.reason,
             "causes": self.causes,
+            "missing": self.missing,
             "headline": self.headline,
             "fix": self.fix,
             "statement": self.statement,
@@ -126,31 +143,37 @@ def run_coverage(
     gpu_samples: int = 0,
     process_samples: int = 0,
     host_samples: int = 0,
+    trace_gaps: Sequence[str] = (),
+    agent_run: bool = True,
 ) -> Coverage:
     """The coverage of one run from counts of what was stored (the one engine behind every
-    report's verdict). `steps` counts steps or requests over all ranks."""
+    report's verdict). `steps` counts steps or requests over all ranks; `trace_gaps` are
+    what the run's traces themselves lack (`trace_gaps()`, where the traces were read). Not
+    an `agent_run` (bare trace files): `missing` gives no agent-side reasons."""
     kind = workload_kind(facts=facts, steps=steps)
     source = facts.get("steps.source")
     unit = "request" if kind == "inference" else "step"
-    counted = (
+    seen = _seen(
         (steps, _count(steps, unit) + (f" on {_count(ranks, 'rank')}" if ranks > 1 else "")),
         (traces, _count(traces, "profiler trace")),
         (gpu_samples, _count(gpu_samples, "GPU sample")),
         (process_samples, _count(process_samples, "process sample")),
         (host_samples, _count(host_samples, "host sample")),
     )
-    seen = [text for count, text in counted if count]
-    missing = (
-        (steps, "steps or requests"),
-        (traces, "profiler traces"),
-        (gpu_samples, "GPU samples"),
-    )
-    not_seen = [text for count, text in missing if not count]
+    not_seen = [
+        text
+        for count, text in ((steps, "steps or requests"), (traces, "profiler traces"),
+                            (gpu_samples, "GPU samples"))
+        if not count
+    ]  # fmt: skip
     verdict = OBSERVED if steps else PARTLY_OBSERVED if traces or gpu_samples else NOT_OBSERVED
     reason = "" if steps else (UNSEEN_REASON if facts.get("torch.version") else NO_TORCH_REASON)
     causes = [reason] if reason else []
     causes += [] if gpu_samples else [NO_GPU_REASON]
     causes += [] if traces else [NO_TRACE_REASON]
+    missing = _missing(traces=traces, trace_gaps=trace_gaps, facts=bool(facts), steps=steps,
+                       why=agent_run, steps_reason=reason, gpu_samples=gpu_samples,
+                       other_samples=process_samples + host_samples)  # fmt: skip
     return Coverage(
         verdict=verdict,
         kind=kind,
@@ -165,10 +188,15 @@ def run_coverage(
         not_seen=not_seen,
         reason=reason,
         causes=causes if verdict != OBSERVED else [],
+        missing=missing,
         headline=HEADLINES.get(verdict, ""),
         fix="" if steps else FIX_LINE,
         statement=_statement(verdict=verdict, reason=reason, seen=seen),
     )
+
+
+def _seen(*counted: tuple[int, str]) -> list[str]:
+    return [text for count, text in counted if count]
 
 
 def _statement(*, verdict: str, reason: str, seen: list[str]) -> str:
@@ -184,8 +212,53 @@ def _statement(*, verdict: str, reason: str, seen: list[str]) -> str:
     return f"{HEADLINES[NOT_OBSERVED][:-1]} ({causes}). {FIX_TEXT}"
 
 
-def evidence_coverage(evidence: RunEvidence) -> Coverage:
-    """The coverage of evidence already gathered (the offline CLI's input)."""
+def _missing(
+    *,
+    traces: int,
+    trace_gaps: Sequence[str],
+    why: bool,
+    facts: bool,
+    steps: int,
+    steps_reason: str,
+    gpu_samples: int,
+    other_samples: int,
+) -> list[str]:
+    """`Coverage.missing`: each kind of evidence not seen, what it blinds, and (`why`) why."""
+    missing = (
+        [] if traces else [MISSING_TRACE + (f" ({NO_TRACE_REASON})" if why and not steps else "")]
+    )
+    missing += trace_gaps
+    missing += [] if facts else [MISSING_FACTS]
+    missing += [] if steps else [MISSING_STEPS + (f" ({steps_reason})" if why else "")]
+    if not gpu_samples:
+        missing.append(f"{MISSING_GPU} ({NO_GPU_REASON})" if other_samples else MISSING_SERIES)
+    return missing
+
+
+def trace_gaps(traces: Sequence[TraceSummary]) -> list[str]:
+    """What each analysed trace lacks: CPU operators, step markers, GPU kernels."""
+    gaps: list[str] = []
+    for trace in traces:
+        where = f"trace rank {trace.rank}"
+        if trace.cpu_events == 0:
+            gaps.append(
+                f"{where} has GPU events only (no CPU operators): DataLoader waits, steps, "
+                "tiny-operator overhead and the model's operators (attention, DataParallel) "
+                "cannot be judged"
+            )
+        elif not trace.steps:
+            gaps.append(
+                f"{where} has no ProfilerStep markers: GPU shares are of the first-to-last "
+                "kernel span, not of a step"
+            )
+        if not trace.launch.get("kernels") and trace.cpu_events:
+            gaps.append(f"{where} has no GPU kernels (a CPU-only trace)")
+    return gaps
+
+
+def evidence_coverage(evidence: RunEvidence, *, agent_run: bool = True) -> Coverage:
+    """The coverage of evidence already gathered (the offline CLI's input; `agent_run`
+    False for trace files alone)."""
     gpu = sum(len(s.v) for s in evidence.series if s.name.startswith("gpu."))
     process = sum(len(s.v) for s in evidence.series if s.name.startswith("process."))
     host = sum(len(s.v) for s in evidence.series if s.device == "host")
@@ -197,7 +270,16 @@ def evidence_coverage(evidence: RunEvidence) -> Coverage:
         gpu_samples=gpu,
         process_samples=process,
         host_samples=host,
+        trace_gaps=trace_gaps(evidence.traces),
+        agent_run=agent_run,
     )
+
+
+def missing_evidence(evidence: RunEvidence, *, agent_run: bool = True) -> list[str]:
+    """What the evidence lacks, in words, so that "no findings" is never read as "healthy"
+    when the rules had nothing to look at: `Coverage.missing` of evidence already gathered,
+    a bare trace file's (no agent run) too."""
+    return evidence_coverage(evidence, agent_run=agent_run).missing
 
 
 def _count(n: int, noun: str) -> str:

@@ -6,7 +6,7 @@ from typing import Any
 
 from recommender.analysis.summary import TraceSummary
 from recommender.api import Report
-from recommender.coverage import OBSERVED, STEP_SOURCES
+from recommender.coverage import FIX_TEXT, OBSERVED, STEP_SOURCES
 from recommender.rules.base import Finding, counted
 
 
@@ -133,29 +133,26 @@ def render_text(report: Report) -> str:
     for trace in report.traces:
         lines += _rank_lines(trace)
     lines.append("")
-    if coverage is not None and coverage.verdict != OBSERVED:
-        lines.append(coverage.statement)
-        lines.append(f"fix: {coverage.fix}")
-        if report.findings:
-            lines.append("")
-    if not report.findings:
-        if coverage is not None and coverage.verdict == OBSERVED:  # clean, as far as it goes
-            lines.append(coverage.no_findings_text(traces=bool(report.traces)))
-        if report.missing:  # never an all-clear for what could not be judged
-            lines.append(
-                "No findings, but this evidence was missing:"
-                if coverage is None
-                else "Not judged, for lack of this evidence:"
-            )
-            lines += [f"  - {item}" for item in report.missing]
-        elif coverage is None:
-            lines.append("No findings: nothing in the evidence points at a known bottleneck.")
-    else:
+    examined = coverage is None or coverage.verdict == OBSERVED
+    if coverage is not None and not examined:
+        lines.append(coverage.headline)
+    if report.findings:
         lines.append("Findings, best first:")
         unit = coverage.unit if coverage is not None else "step"
         for position, finding in enumerate(report.findings, start=1):
             lines += _finding_lines(position, finding, unit=unit)
-        if report.missing:
-            lines.append("Not judged, evidence missing:")
-            lines += [f"  - {item}" for item in report.missing]
+    elif coverage is not None and examined:  # clean, as far as it goes
+        lines.append(coverage.no_findings_text(traces=bool(report.traces)))
+    elif coverage is None and not report.missing:
+        lines.append("No findings: nothing in the evidence points at a known bottleneck.")
+    if report.missing:  # the one list of what was not seen; never an all-clear for it
+        heading = "Not judged, for lack of this evidence:"
+        if report.findings:
+            heading = "Not judged, evidence missing:"
+        elif coverage is None:
+            heading = "No findings, but this evidence was missing:"
+        lines.append(heading)
+        lines += [f"  - {item}" for item in report.missing]
+    if coverage is not None and coverage.fix:
+        lines.append(f"fix: {coverage.fix} — {FIX_TEXT}")
     return "\n".join(lines) + "\n"

@@ -86,7 +86,7 @@ def _celery_runs_tasks_inline() -> Any:
 def _ingest_forgets_the_ids_it_read() -> Any:
     """The ingest path remembers runs' and series' ids, which are never reused in a real
     database; a test database rolled back reuses them."""
-    from perfweb.runs.batches import known_ids
+    from perfweb.ingest.batches import known_ids
 
     known_ids.clear()
     yield

@@ -1,5 +1,9 @@
 """One evaluation tick: every enabled rule over every running run in its scope.
 
+The conditions themselves are the recommender's (recommender.conditions, pure functions over
+a `Window`); this module reads the windows, applies the verdicts to the alerts' state
+machine and stores the changes.
+
 Each alert moves ok → firing → resolved (→ firing again). A move is a conditional UPDATE on
 the alert's current state, and the event row plus one delivery per channel are written in
 the same transaction; so two ticks racing store one change and send it once.
@@ -16,19 +20,20 @@ from datetime import datetime
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from perfweb.alerts import samples, selectors
-from perfweb.alerts.conditions import (
-    BASELINE_STEPS,
-    BASELINE_WARMUP_STEPS,
-    CONDITIONS,
-    RunWindow,
-    Series,
-    Verdict,
-)
+from perfweb.alerts import selectors
 from perfweb.alerts.models import Alert, AlertEvent, AlertRule
 from perfweb.alerts.notify import event_store
 from perfweb.alerts.why import stored_regression, top_finding_for_run
 from perfweb.runs.models import Run
+from perfweb.series import recent as samples
+from recommender.conditions import (
+    BASELINE_STEPS,
+    BASELINE_WARMUP_STEPS,
+    CONDITIONS,
+    Series,
+    Verdict,
+    Window,
+)
 
 # Read for a run whose alert changes: the why (input bound?) comes from its step timings.
 WHY_METRICS = ("step.duration", "step.data_wait")
@@ -115,7 +120,7 @@ def _window(
     series: dict[tuple[str, str], Series],
     end: float,
     last_step_at: float | None,
-) -> RunWindow:
+) -> Window:
     window_s = 60 * rule.window_minutes
     clipped = {key: _clip(s, start=end - window_s) for key, s in series.items()}
     baseline: list[float] = []
@@ -126,7 +131,7 @@ def _window(
         baseline = first[BASELINE_WARMUP_STEPS:]
     finding = top_finding_for_run(run=run) if rule.kind == "finding_gain" else None
     regression = stored_regression(run=run) if rule.kind == "step_regression" else None
-    return RunWindow(
+    return Window(
         now=end,
         window_s=window_s,
         series=clipped,
@@ -148,7 +153,7 @@ def alert_observe(
     rule: AlertRule,
     run: Run,
     verdict: Verdict,
-    window: RunWindow,
+    window: Window,
     now: datetime,
     enqueue: Enqueue | None = None,
     alert: Alert | None = None,
@@ -185,7 +190,7 @@ def alert_observe(
     )
 
 
-def _with_why_series(window: RunWindow, *, run: Run) -> RunWindow:
+def _with_why_series(window: Window, *, run: Run) -> Window:
     """The window plus the run's step timings, read only when a change needs its why."""
     start = window.now - max(window.window_s, 60.0)
     extra = samples.recent_samples(

@@ -10,9 +10,9 @@ from django.conf import settings
 from django.db import models
 
 from perfweb.alerts.channels import CHOICES as CHANNEL_CHOICES
-from perfweb.alerts.conditions import CONDITIONS
 from perfweb.projects.models import Project
 from perfweb.runs.models import Run
+from recommender.conditions import CONDITIONS
 
 RULE_KINDS = [
     (kind, c.label.replace("{threshold}", "X").replace("{window}", "Y"))

@@ -16,10 +16,11 @@ from django.urls import reverse
 from django.utils import timezone
 
 from perfweb.alerts import conf
-from perfweb.alerts.conditions import CONDITIONS, Finding
 from perfweb.alerts.messages import VERSION
 from perfweb.alerts.models import Alert, AlertEvent, Channel, Delivery
 from perfweb.alerts.why import as_payload
+from recommender.conditions import CONDITIONS
+from recommender.rules.base import Finding
 
 Enqueue = Callable[[int, float], None]
 

@@ -10,11 +10,11 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
-from perfweb.alerts.conditions import CONDITIONS
 from perfweb.alerts.messages import VERSION
 from perfweb.alerts.models import Alert, AlertRule, Channel
 from perfweb.alerts.notify import deliveries_create
 from perfweb.projects.models import Project
+from recommender.conditions import CONDITIONS
 
 Enqueue = Callable[[int, float], None]
 

@@ -15,10 +15,10 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from perfweb.alerts import conf, selectors, services
 from perfweb.alerts.channels import CHANNELS
-from perfweb.alerts.conditions import CONDITIONS
 from perfweb.alerts.forms import ChannelForm, RuleForm, SnoozeForm, config_form
 from perfweb.alerts.tasks import enqueue_delivery
 from perfweb.projects.selectors import project_list_for_user
+from recommender.conditions import CONDITIONS
 
 
 def _back(project_id: int) -> HttpResponseRedirect:

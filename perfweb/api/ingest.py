@@ -13,9 +13,9 @@ from django.views.decorators.http import require_POST
 from agent import protocol
 from perfweb.api.auth import token_required
 from perfweb.api.http import BadRequest, error_response, json_response, parse_json, read_body
+from perfweb.ingest.batches import batch_store
 from perfweb.projects.models import Project
 from perfweb.runs import services
-from perfweb.runs.batches import batch_store
 from perfweb.runs.fields import Invalid
 from perfweb.runs.models import Run
 from perfweb.runs.schemas import (

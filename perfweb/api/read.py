@@ -12,7 +12,8 @@ from agent.protocol import DEVICE_RE, METRIC_NAME_RE, RUN_STATUSES
 from perfweb.api.auth import runs_required
 from perfweb.api.http import error_response, json_response
 from perfweb.runs.models import Run
-from perfweb.runs.selectors import run_detail, run_get, run_list
+from perfweb.runs.selectors import run_get
+from perfweb.series.run_rows import run_detail, run_list
 from perfweb.series.selectors import series_read
 
 MAX_POINTS = 10_000

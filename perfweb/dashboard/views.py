@@ -17,8 +17,9 @@ from perfweb.dashboard import assets, comparison_page, presenters
 from perfweb.dashboard.panels import run_panels
 from perfweb.dashboard.timeline_rows import timeline_extras_config, timeline_rows_config
 from perfweb.projects.selectors import project_list_for_user
-from perfweb.runs.selectors import run_detail as run_detail_row
-from perfweb.runs.selectors import run_get_for_user, run_list_for_user
+from perfweb.runs.selectors import run_get_for_user
+from perfweb.series.run_rows import run_detail as run_detail_row
+from perfweb.series.run_rows import run_list_for_user
 from recommender.coverage import workload_kind
 
 RUNS_ON_PAGE = 100

@@ -11,11 +11,12 @@ from django.utils import timezone
 
 from agent.protocol import API_PREFIX
 from perfweb.diagnostics import conf
-from perfweb.diagnostics.formatting import evidence_text
 from perfweb.diagnostics.models import Finding, RunDiagnosis, Trace
 from perfweb.diagnostics.summaries import summary_is_current
 from perfweb.diagnostics.workload import run_workload_coverage
 from perfweb.runs.models import Run
+from recommender.rules.base import Evidence, Fix
+from recommender.rules.base import Finding as RuleFinding
 
 RECENT = timedelta(days=1)  # the sweep looks at runs seen within this
 SWEEP_LIMIT = 200  # runs enqueued per beat tick at most
@@ -31,23 +32,36 @@ def finding_top_for_run(*, run: Run) -> Finding | None:
     return Finding.objects.filter(run=run).order_by("rank", "rule_id").first()
 
 
-def finding_brief_for_run(*, run: Run, rule_id: str | None = None) -> dict[str, Any] | None:
-    """The top finding (or the one of `rule_id`) in the words an alert message quotes
-    (perfweb.alerts.why): `{"fix_id", "title", "gain", "evidence", "fix"}`, or None."""
+def finding_for_run(*, run: Run, rule_id: str | None = None) -> RuleFinding | None:
+    """The top stored finding (or the one of `rule_id`) as the recommender's `Finding`, the
+    one an alert message quotes (perfweb.alerts.why), or None."""
     if rule_id is None:
         top = finding_top_for_run(run=run)
     else:
         top = Finding.objects.filter(run=run, rule_id=rule_id).first()
     if top is None:
         return None
-    gain = top.measured_gain if top.measured_gain is not None else top.estimated_gain
-    return {
-        "fix_id": top.rule_id,
-        "title": top.title,
-        "gain": gain,
-        "evidence": "; ".join(evidence_text(item) for item in top.evidence[:3]),
-        "fix": (top.fix or {}).get("text", ""),
-    }
+    fix = top.fix or {}
+    return RuleFinding(
+        id=top.rule_id,
+        title=top.title,
+        risk=top.risk,
+        confidence=top.confidence,
+        estimated_gain=top.estimated_gain,
+        gain_basis=top.gain_basis,
+        evidence=[
+            Evidence(
+                label=str(item.get("label", "")),
+                value=item.get("value", ""),
+                unit=str(item.get("unit", "")),
+                source=str(item.get("source", "")),
+            )
+            for item in top.evidence
+        ],
+        fix=Fix(text=fix.get("text", ""), snippet=fix.get("snippet", ""), knob=fix.get("knob")),
+        doc=top.doc,
+        measured_gain=top.measured_gain,
+    )
 
 
 def finding_json(*, finding: Finding) -> dict[str, Any]:

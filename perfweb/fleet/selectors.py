@@ -10,13 +10,13 @@ from typing import Any
 
 from django.db.models import Q, QuerySet
 
-from perfweb.alerts.conditions import Series
-from perfweb.alerts.samples import recent_samples
 from perfweb.diagnostics.models import Finding
 from perfweb.fleet import conf
 from perfweb.fleet.models import GpuPrice
 from perfweb.fleet.waste import HOUR, GpuTime, core_hours, gpu_time, kwh
 from perfweb.runs.models import Device, Run
+from perfweb.series.recent import recent_samples
+from recommender.conditions import Series
 from recommender.rules.cross_run import REGRESSION_ID
 
 WINDOWS = {"day": 86_400.0, "week": 7 * 86_400.0, "month": 30 * 86_400.0}

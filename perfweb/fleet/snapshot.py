@@ -1,6 +1,7 @@
 """The latest state of a project's live runs, as plain numbers: what the Prometheus export
-shows. Reads the stored series through the alert evaluator's batched reader (two queries for
-all runs), so a scrape costs the same whatever the number of runs."""
+shows. Reads the stored series through the batched reader the alert evaluator uses too
+(perfweb.series.recent: two queries for all runs), so a scrape costs the same whatever the
+number of runs."""
 
 from __future__ import annotations
 
@@ -12,11 +13,12 @@ from django.db.models import Count
 from django.utils import timezone
 
 from agent.protocol import STEP_DATA_WAIT, STEP_DURATION
-from perfweb.alerts.conditions import Series
-from perfweb.alerts.samples import recent_samples
 from perfweb.diagnostics.models import Finding
 from perfweb.projects.models import Project
 from perfweb.runs.models import Run
+from perfweb.series.recent import recent_samples
+from recommender.conditions import Series
+from recommender.coverage import workload_kind
 
 # stored metric -> (exported name, help). Gauges of the latest sample of each device.
 LATEST_GAUGES: dict[str, tuple[str, str]] = {
@@ -111,10 +113,11 @@ def fleet_snapshot(*, project: Project, now: float | None = None) -> Snapshot:
 
 
 def _labels(run: Run) -> RunLabels:
-    kind = run.facts.get("workload.kind") if isinstance(run.facts, dict) else None
+    """The run's labels; `kind` as every other page labels it (recommender.coverage)."""
+    facts = run.facts if isinstance(run.facts, dict) else {}
     return RunLabels(
         run=run.run_id, run_name=run.name, host=run.host,
-        kind=kind if kind in ("training", "inference") else "unknown",
+        kind=workload_kind(facts=facts, steps=run.step_count) or "unknown",
     )
 
 

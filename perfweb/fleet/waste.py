@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from perfweb.alerts.conditions import Series
+from recommender.conditions import Series
 from recommender.thresholds import HELD_MEMORY_BYTES, LOW_UTILIZATION_PCT
 
 IDLE_PERCENT = 5.0

@@ -26,7 +26,7 @@ from perfweb.runs.fields import (
     times,
     unix_time,
 )
-from perfweb.series.services import SampleBlock, Samples
+from perfweb.runs.samples import SampleBlock, Samples
 
 MAX_SERIES_PER_BATCH = 10_000
 MAX_DEVICES = 1_000

@@ -15,6 +15,7 @@ from agent import protocol
 from perfweb.projects.models import Project
 from perfweb.runs.models import Device, Run, RunProcess
 from perfweb.runs.schemas import DeviceInfo, FinishRequest, StartRequest
+from perfweb.runs.signals import run_ended
 
 
 class RunNotFound(Exception):
@@ -172,17 +173,10 @@ def run_finish(*, project: Project, request: FinishRequest) -> Run:
                 .exclude(status__in=(Run.FINISHED, Run.FAILED))
                 .update(status=status, exit_code=request.exit_code, ended_at=ended_at)
             )
-            if ended:
-                transaction.on_commit(lambda: _enqueue_compaction(run.pk))
+            if ended:  # the series app compacts its last chunks (perfweb.series.signals)
+                run_ended.send(sender=Run, run_pk=run.pk)
         run.refresh_from_db()
     return run
-
-
-def _enqueue_compaction(run_pk: int) -> None:
-    # The run is over: pack its last small chunks now rather than at the next beat tick.
-    from perfweb.series.tasks import compact_run_task
-
-    compact_run_task.delay(run_pk)
 
 
 def runs_mark_lost(*, silent_for: float, now: datetime | None = None) -> int:

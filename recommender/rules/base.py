@@ -152,6 +152,15 @@ class RegisteredRule:
     func: Rule
     doc: str = field(default="")
 
+    @property
+    def fix_text(self) -> str:
+        """The doc's Fix paragraph in one line, without its "Fix:" label: the catalogue's fix
+        in words (what an alert message quotes when no finding of the run says more)."""
+        for paragraph in self.doc.split("\n\n"):
+            if paragraph.startswith("Fix:"):
+                return " ".join(paragraph.removeprefix("Fix:").split())
+        return ""
+
 
 REGISTRY: dict[str, RegisteredRule] = {}
 

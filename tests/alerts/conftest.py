@@ -17,7 +17,8 @@ import pytest
 from django.test import Client
 
 from perfweb.runs.models import Run
-from perfweb.series.services import Samples, series_append
+from perfweb.runs.samples import Samples
+from perfweb.series.services import series_append
 from tests.alerts.receiver import Receiver
 from tests.conftest import PASSWORD
 

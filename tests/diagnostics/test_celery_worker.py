@@ -20,7 +20,7 @@ from tests.server.test_celery import ROOT, WORKER, Server
 REDIS_DB = 11  # alerts use 12, jobs 13, the server tests 14
 STORE_RUN = """
 from perfweb.projects.services import project_create
-from perfweb.runs.batches import batch_store
+from perfweb.ingest.batches import batch_store
 from perfweb.runs.schemas import parse_batch, parse_start
 from perfweb.runs.services import run_start
 project = project_create(name="p")

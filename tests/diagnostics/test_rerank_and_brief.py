@@ -7,9 +7,10 @@ from typing import Any
 import pytest
 from django.test import Client
 
+from perfweb.alerts.why import as_payload
 from perfweb.diagnostics.formatting import evidence_text, format_value, pct
 from perfweb.diagnostics.models import Finding
-from perfweb.diagnostics.selectors import finding_brief_for_run
+from perfweb.diagnostics.selectors import finding_for_run
 from perfweb.diagnostics.tasks import diagnose_run_task
 from perfweb.jobs.models import FixVerification, Job
 from perfweb.jobs.signals import fix_verification_changed
@@ -82,13 +83,16 @@ def test_an_inconclusive_measurement_leaves_the_estimate_in_the_ranking(
 def test_it_gives_alerts_the_top_finding_in_words(agent: Agent) -> None:
     input_bound_run(agent)
     run = Run.objects.get()
-    assert finding_brief_for_run(run=run) is None
+    assert finding_for_run(run=run) is None
     diagnose_run_task(run.id)
-    brief = finding_brief_for_run(run=run)
+    top = finding_for_run(run=run)
+    assert top is not None and top.id == "dataloader.num_workers"
+    assert top.estimated_gain == pytest.approx(0.54, abs=0.01)
+    brief = as_payload(top)  # the alert message's `why`
     assert brief is not None
     assert brief["fix_id"] == "dataloader.num_workers"
     assert brief["title"] == "60% of each step waits for the DataLoader"
-    assert brief["gain"] == pytest.approx(0.54, abs=0.01)
+    assert brief["gain_pct"] == pytest.approx(54, abs=1)
     assert brief["evidence"].startswith(
         "step time waiting on the DataLoader: 60.0 % (metrics (agent step timings)); "
         "num_workers: 0 workers (facts)"

@@ -79,6 +79,7 @@ def test_it_never_calls_an_unseen_run_healthy_on_its_page(agent: Agent, owner: A
     assert "Not examined, so not healthy either" in html
     assert "no optimizer step, no backward pass, no nn.Module call" in html
     assert '<code class="coverage-fix">agent.step()</code>' in html
+    assert html.count("<li>no agent step timings") == 1  # listed once, not once per list
     assert "No finding" not in html
     assert 'data-testid="workload-kind">not seen yet<' in html
 
@@ -96,6 +97,9 @@ def test_it_says_the_same_in_the_read_api(agent: Agent, token: str) -> None:
     assert workload["coverage"]["seen"] == ["20 process samples"]
     assert workload["coverage"]["not_seen"] == ["steps or requests", "profiler traces",
                                                 "GPU samples"]  # fmt: skip
+    assert [item.split(":")[0] for item in workload["coverage"]["missing"]] == [
+        "no profiler trace", "no agent step timings", "no GPU samples",
+    ]  # one list: each kind of evidence not seen once, with why  # fmt: skip
     assert workload["requests"] is None
 
 
@@ -106,6 +110,25 @@ def test_a_clean_observed_run_still_gets_its_all_clear(agent: Agent, owner: Any)
     assert 'data-testid="coverage-statement"' not in html
     assert "No finding: nothing in this run&#x27;s metrics points at a fix worth making." in html
     assert 'data-testid="workload-kind">training<' in html
+
+
+def test_it_lists_what_an_examined_run_lacked_on_its_page_and_in_the_api(
+    agent: Agent, owner: Any, token: str
+) -> None:
+    input_bound_run(agent, wait_share=0.0, facts={"host.cpu_count": 8, "torch.num_threads": 1})
+    diagnose_run_task(Run.objects.get().id)
+    missing = (
+        Client().get(WORKLOAD, HTTP_AUTHORIZATION=f"Bearer {token}").json()["coverage"]["missing"]
+    )
+    assert missing == [
+        "no profiler trace: kernel times, GPU idle causes, copies and syncs",
+        "no GPU samples: GPU utilisation, memory, power and throttling not measured "
+        "(no GPU the agent could read through NVML)",
+    ]
+    html = logged_in(owner).get(PAGE).content.decode()
+    listed = html[html.index('data-testid="coverage-missing"') :]
+    assert "Not judged, for lack of this evidence:" in listed
+    assert "<li>no profiler trace: kernel times, GPU idle causes, copies and syncs</li>" in listed
 
 
 def test_it_computes_an_inference_runs_request_statistics(agent: Agent, token: str) -> None:

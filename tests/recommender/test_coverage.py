@@ -10,6 +10,11 @@ from pathlib import Path
 
 from recommender.coverage import (
     FIX_LINE,
+    MISSING_FACTS,
+    MISSING_GPU,
+    MISSING_SERIES,
+    MISSING_STEPS,
+    MISSING_TRACE,
     NO_GPU_REASON,
     NO_TORCH_REASON,
     NO_TRACE_REASON,
@@ -17,6 +22,7 @@ from recommender.coverage import (
     OBSERVED,
     PARTLY_OBSERVED,
     UNSEEN_REASON,
+    missing_evidence,
     run_coverage,
 )
 from tests.agent.conftest import ROOT, write_script
@@ -46,6 +52,27 @@ def test_it_calls_a_run_without_steps_trace_or_gpu_samples_not_observed() -> Non
     assert coverage.seen == ["40 process samples"]
     assert "No finding" not in coverage.no_findings_text(traces=False)
     assert coverage.no_findings_text(traces=False) == coverage.statement
+
+
+def test_it_lists_each_kind_of_evidence_not_seen_once_with_why() -> None:
+    coverage = run_coverage(facts=TORCH, steps=0, process_samples=40)
+    assert coverage.missing == [
+        f"{MISSING_TRACE} ({NO_TRACE_REASON})",
+        f"{MISSING_STEPS} ({UNSEEN_REASON})",
+        f"{MISSING_GPU} ({NO_GPU_REASON})",
+    ]
+    cpu_only = "trace rank 0 has no GPU kernels (a CPU-only trace)"
+    observed = run_coverage(facts=TORCH, steps=30, traces=1, gpu_samples=10, trace_gaps=[cpu_only])
+    assert observed.missing == [cpu_only]
+    assert run_coverage(facts={}, steps=3).missing == [MISSING_TRACE, MISSING_FACTS, MISSING_SERIES]
+
+
+def test_a_bare_trace_gets_the_same_list_without_the_agents_reasons() -> None:
+    from recommender.evidence import RunEvidence
+
+    assert missing_evidence(RunEvidence(), agent_run=False) == [
+        MISSING_TRACE, MISSING_FACTS, MISSING_STEPS, MISSING_SERIES,
+    ]  # fmt: skip
 
 
 def test_it_says_torch_was_never_imported_when_no_torch_fact_came() -> None:
@@ -107,7 +134,9 @@ def test_the_cli_reports_a_real_agent_run_it_could_not_see(tmp_path: Path) -> No
     assert "Not examined, so not healthy either" in text.stdout
     assert "never imported torch" in text.stdout
     assert "fix: agent.step()" in text.stdout
+    assert text.stdout.count("no agent step timings") == 1  # one list of what was not seen
     report = json.loads(_analyze(out, "--format", "json").stdout)
+    assert report["missing_evidence"] == report["coverage"]["missing"]
     assert report["findings"] == []
     assert report["coverage"]["verdict"] == NOT_OBSERVED
     assert report["coverage"]["steps"] == 0 and report["coverage"]["fix"] == "agent.step()"

@@ -301,7 +301,7 @@ def test_it_stores_nothing_when_storing_fails_half_way(
     def explode(**kwargs: Any) -> None:
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr("perfweb.runs.batches.devices_upsert", explode)
+    monkeypatch.setattr("perfweb.ingest.batches.devices_upsert", explode)
     with pytest.raises(RuntimeError):
         started.batch()
     assert_nothing_stored()
@@ -411,7 +411,7 @@ def test_it_answers_404_when_another_project_writes_to_a_run(
 def test_it_answers_404_when_the_run_is_deleted_while_its_batch_arrives(
     started: Agent, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from perfweb.runs import batches
+    from perfweb.ingest import batches
 
     read = batches._run_and_series
 
@@ -469,7 +469,7 @@ def test_it_remembers_no_series_of_a_batch_that_failed(
         raise RuntimeError("disk full")
 
     with monkeypatch.context() as patch:
-        patch.setattr("perfweb.runs.batches.devices_upsert", explode)
+        patch.setattr("perfweb.ingest.batches.devices_upsert", explode)
         with pytest.raises(RuntimeError):
             started.batch(seq=1, metrics=metrics)  # creates gpu:1's series, rolled back
     assert not Series.objects.filter(device="gpu:1").exists()

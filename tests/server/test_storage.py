@@ -12,10 +12,11 @@ import numpy as np
 import pytest
 
 from perfweb.runs.models import Run
+from perfweb.runs.samples import Samples
 from perfweb.series import codec, services
 from perfweb.series.models import Chunk, Series
 from perfweb.series.selectors import series_read, series_span
-from perfweb.series.services import Samples, series_append, series_compact
+from perfweb.series.services import series_append, series_compact
 
 from .agent_client import T0, Agent
 

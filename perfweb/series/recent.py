@@ -1,8 +1,9 @@
-"""Recent raw samples of many runs at once, for the evaluator.
+"""Recent raw samples of many runs at once, for the alert evaluator and the fleet pages.
 
-The evaluator reads a few minutes of a few metrics for every running run on every tick, so
-this reads the chunks of all of them in two queries instead of one read per run and series.
-It uses the series app's tables and its codec (the chunk format's one decoder).
+The evaluator reads a few minutes of a few metrics for every running run on every tick (and
+a /metrics scrape the latest of every live run), so this reads the chunks of all of them in
+two queries instead of one read per run and series, decoded by the chunk format's one codec.
+The samples come back as the alert conditions' `Series` (recommender.conditions).
 """
 
 from __future__ import annotations
@@ -13,10 +14,10 @@ from collections.abc import Iterable
 import numpy as np
 from django.db.models import Max
 
-from perfweb.alerts.conditions import Series
 from perfweb.series import codec
 from perfweb.series.models import Chunk
 from perfweb.series.models import Series as SeriesRow
+from recommender.conditions import Series
 
 SeriesKey = tuple[str, str]  # (device, metric name)
 

@@ -1,8 +1,13 @@
-"""Each rule's condition, positive and negative, on hand-made windows (pure, no database)."""
+"""Each alert condition, positive and negative, on hand-made windows (pure, no database), and
+the cause an alert gives: the rules' own finding on the window, else the condition's."""
 
 from __future__ import annotations
 
-from perfweb.alerts.conditions import GIB, Finding, RunWindow, Series, evaluate
+from recommender.causes import condition_finding, window_cause
+from recommender.conditions import Series, Window, evaluate
+from recommender.rules import REGISTRY
+from recommender.rules.base import Finding, Fix
+from recommender.thresholds import GIB
 
 NOW = 1_764_500_000.0
 WINDOW_S = 300.0
@@ -14,8 +19,16 @@ def series(value: float | list[float], seconds: float = WINDOW_S) -> Series:
     return Series(t=t, v=v[: len(t)])
 
 
-def window(series_by_key: dict[tuple[str, str], Series], **extra: object) -> RunWindow:
-    return RunWindow(now=NOW, window_s=WINDOW_S, series=series_by_key, **extra)  # type: ignore[arg-type]
+def window(series_by_key: dict[tuple[str, str], Series], **extra: object) -> Window:
+    return Window(now=NOW, window_s=WINDOW_S, series=series_by_key, **extra)  # type: ignore[arg-type]
+
+
+def stored(rule_id: str, title: str, gain: float) -> Finding:
+    """A run's stored finding, as perfweb.diagnostics gives it back."""
+    return Finding(
+        id=rule_id, title=title, risk="data-path", confidence=0.9, estimated_gain=gain,
+        gain_basis="measured", evidence=[], fix=Fix(text=""),
+    )  # fmt: skip
 
 
 def test_it_fires_low_utilization_when_the_gpus_average_below_the_threshold() -> None:
@@ -174,20 +187,20 @@ def test_it_waits_for_a_baseline_before_judging_step_time() -> None:
 
 
 def test_it_fires_finding_gain_for_a_large_enough_finding() -> None:
-    finding = Finding(fix_id="dataloader.num_workers", title="input bound", gain=0.4)
+    finding = stored("dataloader.num_workers", "input bound", 0.4)
     verdict = evaluate(kind="finding_gain", threshold=20, window=window({}, finding=finding))
     assert verdict.holds is True
     assert verdict.numbers["gain_pct"] == 40.0
 
 
 def test_it_does_not_fire_finding_gain_for_a_small_finding() -> None:
-    finding = Finding(fix_id="precision.tf32", title="tf32 off", gain=0.05)
+    finding = stored("precision.tf32", "tf32 off", 0.05)
     verdict = evaluate(kind="finding_gain", threshold=20, window=window({}, finding=finding))
     assert verdict.holds is False
 
 
 def test_it_fires_step_regression_on_a_regression_against_the_jobs_baseline_run() -> None:
-    regressed = Finding(fix_id="run.regression", title="Regressed vs run 0000000001: 12% slower")
+    regressed = stored("run.regression", "Regressed vs run 0000000001: 12% slower", 0.1)
     verdict = evaluate(
         kind="step_regression",
         threshold=25,
@@ -208,3 +221,58 @@ def test_it_keeps_step_regression_quiet_without_either_regression() -> None:
         window=window({("rank:0", "step.duration"): series(0.5)}, baseline_steps=[0.5] * 50),
     )
     assert verdict.holds is False
+
+
+def test_a_window_reads_as_the_rules_evidence_with_each_ranks_steps() -> None:
+    evidence = window(
+        {("rank:1", "step.duration"): series(0.5), ("rank:1", "step.data_wait"): series(0.2),
+         ("gpu:0", "gpu.utilization"): series(10.0)}
+    ).evidence()  # fmt: skip
+    assert {(s.device, s.name) for s in evidence.series} == {
+        ("rank:1", "step.duration"), ("rank:1", "step.data_wait"), ("gpu:0", "gpu.utilization"),
+    }  # fmt: skip
+    assert len(evidence.steps) == WINDOW_S + 1
+    assert {(s.rank, s.duration_s, s.data_wait_s) for s in evidence.steps} == {(1, 0.5, 0.2)}
+
+
+def test_an_input_bound_window_is_caused_by_the_rules_own_num_workers_finding() -> None:
+    waiting = window(
+        {("rank:0", "step.duration"): series(0.5), ("rank:0", "step.data_wait"): series(0.4),
+         ("gpu:0", "gpu.utilization"): series(10.0)}
+    )  # fmt: skip
+    verdict = evaluate(kind="low_utilization", threshold=30, window=waiting)
+    cause = window_cause(kind="low_utilization", window=waiting, verdict=verdict)
+    rule = REGISTRY["dataloader.num_workers"].func(waiting.evidence())
+    assert cause is not None and rule is not None
+    assert (cause.id, cause.title, cause.estimated_gain) == (
+        rule.id,
+        rule.title,
+        rule.estimated_gain,
+    )
+    assert cause.title == "80% of each step waits for the DataLoader"
+    assert cause.fix.text == rule.fix.text
+
+
+def test_a_busy_loop_is_caused_by_the_condition_itself_with_the_catalogues_fix() -> None:
+    idle = window({("gpu:0", "gpu.utilization"): series(10.0)})
+    verdict = evaluate(kind="low_utilization", threshold=30, window=idle)
+    cause = window_cause(kind="low_utilization", window=idle, verdict=verdict)
+    assert cause is not None and cause.id == "gpu.low_utilization"
+    assert cause.title == "GPU idle 90% of the last 5 min"
+    assert cause.fix.text == REGISTRY["gpu.low_utilization"].fix_text != ""
+    assert cause.estimated_gain == 0.0  # an idle share is no promise of speed-up
+
+
+def test_a_system_condition_is_its_own_cause_and_quiet_when_it_does_not_hold() -> None:
+    held = window(
+        {("gpu:0", "gpu.utilization"): series(0.0),
+         ("gpu:0", "gpu.memory_used"): series(40.0 * GIB),
+         ("rank:0", "step.duration"): series(0.5), ("rank:0", "step.data_wait"): series(0.4)}
+    )  # fmt: skip
+    verdict = evaluate(kind="idle_memory_held", threshold=5, window=held)
+    cause = window_cause(kind="idle_memory_held", window=held, verdict=verdict)
+    assert cause is not None and cause.id == "gpu.idle_memory_held"  # not the input-bound rule
+    assert cause.fix.text == "release the GPU (end the process) or finish the job."
+    busy = window({("gpu:0", "gpu.utilization"): series(95.0)})
+    quiet = evaluate(kind="low_utilization", threshold=30, window=busy)
+    assert condition_finding(kind="low_utilization", window=busy, verdict=quiet) is None

@@ -1,20 +1,37 @@
-"""The conditions an alert rule can watch: pure functions over a run's recent samples.
+"""The conditions an alert rule can watch: pure functions over one `Window` of a run's samples.
 
-One registered `Condition` per rule kind. Each takes the rule's threshold and window and a
-`RunWindow` (the samples the selectors read) and answers a `Verdict`: holds, does not hold,
-or cannot tell yet (too little data — the alert then keeps its state). No I/O here.
+One registered `Condition` per rule kind. Each takes the rule's threshold and a `Window` (the
+samples perfweb's alert evaluator read, the run's step baseline and its top findings) and
+answers a `Verdict`: holds, does not hold, or cannot tell yet (too little data — the alert
+then keeps its state). No I/O here: perfweb.alerts keeps only the state machine, persistence
+and delivery.
+
+The conditions and the rules are one engine: they share the thresholds and label tables
+(recommender.thresholds), a window reads as the rules' `RunEvidence` (`Window.evidence`), and
+the cause an alert message gives when the run has no stored finding yet is the rules' own
+finding on that window (recommender.causes) — the same `Finding`, title and catalogue fix text as
+the findings list — else the condition's own diagnosis with its numbers.
 """
 
 from __future__ import annotations
 
+import re
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from recommender.thresholds import GIB, HELD_MEMORY_BYTES, THROTTLE_MASK, THROTTLE_REASONS
+from recommender.evidence import RunEvidence, StepSample
+from recommender.evidence import Series as EvidenceSeries
+from recommender.rules.base import Finding
+from recommender.thresholds import (
+    GIB,
+    HELD_MEMORY_BYTES,
+    LOW_UTILIZATION_PCT,
+    THROTTLE_MASK,
+    THROTTLE_REASONS,
+)
 
-__all__ = ["GIB", "HELD_MEMORY_BYTES", "THROTTLE_MASK", "THROTTLE_REASONS"]  # re-read by callers
 # Share of the window the samples must span before a verdict is given (a run that started
 # 1 minute ago has not been "below 30% for 5 minutes").
 MIN_COVERAGE = 0.8
@@ -28,28 +45,21 @@ MIN_CURRENT_STEPS = 3
 
 @dataclass(frozen=True)
 class Series:
+    """One series' samples in a window, in time order (its device and name are its key)."""
+
     t: Sequence[float]
     v: Sequence[float]
 
     def span(self) -> float:
+        """Seconds from the first sample to the last."""
         return max(self.t) - min(self.t) if self.t else 0.0
 
 
 @dataclass(frozen=True)
-class Finding:
-    """The top-ranked diagnosis of a run: a FIXES.md id, its title and estimated gain."""
-
-    fix_id: str
-    title: str
-    gain: float | None = None  # fraction of step time recoverable, 0..1
-    evidence: str = ""
-    fix: str = ""
-
-
-@dataclass(frozen=True)
-class RunWindow:
-    """What the selectors read for one run: series over [now - window, now], keyed by
-    (device, metric name), plus the step-time baseline and the top finding."""
+class Window:
+    """What an alert evaluates for one run: series over [now - window, now], keyed by
+    (device, metric name), plus the step-time baseline and the run's stored findings (the
+    recommender's `Finding`, as diagnosis ranked them)."""
 
     now: float
     window_s: float
@@ -61,6 +71,7 @@ class RunWindow:
     regression: Finding | None = None  # run.regression: slower than the job's baseline run
 
     def by_device(self, name: str, prefix: str = "gpu:") -> dict[str, Series]:
+        """{device: series} of one metric, devices starting with `prefix`, non-empty only."""
         return {
             device: series
             for (device, metric), series in sorted(self.series.items())
@@ -68,22 +79,55 @@ class RunWindow:
         }
 
     def covered(self, series: Series) -> bool:
+        """Whether the samples span enough of the window for a verdict."""
         return series.span() >= MIN_COVERAGE * self.window_s
+
+    def evidence(self) -> RunEvidence:
+        """The window as the rules read a run: its series, and each rank's steps from its
+        `step.duration` and `step.data_wait` samples (one pair per step, same times)."""
+        series = [
+            EvidenceSeries(device=device, name=name, t=list(s.t), v=list(s.v))
+            for (device, name), s in sorted(self.series.items())
+            if s.t
+        ]
+        steps: list[StepSample] = []
+        for (device, name), durations in sorted(self.series.items()):
+            rank = _RANK_DEVICE.match(device)
+            if name != "step.duration" or rank is None:
+                continue
+            waits = self.series.get((device, "step.data_wait"))
+            wait_at = dict(zip(waits.t, waits.v, strict=True)) if waits else {}
+            steps += [
+                StepSample(
+                    rank=int(rank[1]), index=i, t=t, duration_s=d, data_wait_s=wait_at.get(t)
+                )
+                for i, (t, d) in enumerate(zip(durations.t, durations.v, strict=True))
+            ]
+        return RunEvidence(series=series, steps=steps)
+
+
+_RANK_DEVICE = re.compile(r"^rank:(\d+)")
 
 
 @dataclass(frozen=True)
 class Verdict:
+    """A condition's answer, with the sentence and the numbers that decided it."""
+
     holds: bool | None  # None: cannot tell yet; the alert keeps its state
     summary: str
     numbers: dict[str, Any] = field(default_factory=dict)
 
 
 def unknown(why: str) -> Verdict:
+    """Cannot tell yet, and why."""
     return Verdict(holds=None, summary=why)
 
 
 @dataclass(frozen=True)
 class Condition:
+    """One kind of alert rule: its labels, defaults, the FIXES.md id it reports under, the
+    metrics it reads and its pure evaluation function."""
+
     kind: str
     label: str
     threshold_label: str  # what the threshold means, with its unit
@@ -92,17 +136,20 @@ class Condition:
     default_window_minutes: float
     fix_id: str  # FIXES.md id this condition reports under
     metrics: tuple[str, ...]  # series the selectors must read over the window
-    evaluate: Callable[[float, RunWindow], Verdict]
+    evaluate: Callable[[float, Window], Verdict]
 
     def describe(self, *, threshold: float, window_minutes: float) -> str:
+        """The rule in words: "GPU utilisation below 30% for 5 min"."""
         return self.label.format(threshold=_num(threshold), window=_num(window_minutes))
 
 
 CONDITIONS: dict[str, Condition] = {}
 
 
-def condition(**kwargs: Any) -> Callable[[Callable[[float, RunWindow], Verdict]], Any]:
-    def register(fn: Callable[[float, RunWindow], Verdict]) -> Callable[..., Verdict]:
+def condition(**kwargs: Any) -> Callable[[Callable[[float, Window], Verdict]], Any]:
+    """Register a condition function under `kind` (the other Condition fields as keywords)."""
+
+    def register(fn: Callable[[float, Window], Verdict]) -> Callable[..., Verdict]:
         CONDITIONS[kwargs["kind"]] = Condition(evaluate=fn, **kwargs)
         return fn
 
@@ -117,7 +164,7 @@ def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values)
 
 
-def _minutes(window: RunWindow) -> str:
+def _minutes(window: Window) -> str:
     return _num(round(window.window_s / 60, 1))
 
 
@@ -126,12 +173,12 @@ def _minutes(window: RunWindow) -> str:
     label="GPU utilisation below {threshold}% for {window} min",
     threshold_label="utilisation below (%)",
     window_label="for (minutes)",
-    default_threshold=30,
+    default_threshold=LOW_UTILIZATION_PCT,
     default_window_minutes=5,
     fix_id="gpu.low_utilization",
     metrics=("gpu.utilization",),
 )
-def low_utilization(threshold: float, window: RunWindow) -> Verdict:
+def low_utilization(threshold: float, window: Window) -> Verdict:
     """What: the run's GPUs averaged less than `threshold` % busy over the window.
     Why: GPU hours are paid for whether the kernels run or not.
     Fix: follow the top finding (input pipeline, host syncs, launch overhead…)."""
@@ -160,7 +207,7 @@ def low_utilization(threshold: float, window: RunWindow) -> Verdict:
     fix_id="gpu.idle_memory_held",
     metrics=("gpu.utilization", "gpu.memory_used", "gpu.process_memory"),
 )
-def idle_memory_held(threshold: float, window: RunWindow) -> Verdict:
+def idle_memory_held(threshold: float, window: Window) -> Verdict:
     """What: a GPU of the run stays near idle while memory stays allocated on it.
     Why: nobody else can use that GPU; the job is likely hung, waiting, or finished but alive.
     Fix: release the GPU or end the job."""
@@ -201,7 +248,7 @@ def idle_memory_held(threshold: float, window: RunWindow) -> Verdict:
     fix_id="gpu.idle_memory_held",
     metrics=(),  # reads the run's last step time instead of samples
 )
-def stalled(threshold: float, window: RunWindow) -> Verdict:
+def stalled(threshold: float, window: Window) -> Verdict:
     """What: the run is alive (its agent reports) but no training step ended in the window.
     Why: a hung collective, a deadlocked DataLoader or an endless eval holds the GPUs.
     Fix: look at the process (py-spy dump), then at the last steps' timeline."""
@@ -228,7 +275,7 @@ def stalled(threshold: float, window: RunWindow) -> Verdict:
     fix_id="gpu.throttling",
     metrics=("gpu.throttle_reasons",),
 )
-def throttling(threshold: float, window: RunWindow) -> Verdict:
+def throttling(threshold: float, window: Window) -> Verdict:
     """What: NVML reports thermal or power throttling on a GPU for a share of the window.
     Why: clocks drop, so every kernel runs slower than the hardware can.
     Fix: check cooling, the power limit and the node."""
@@ -262,7 +309,7 @@ def throttling(threshold: float, window: RunWindow) -> Verdict:
     fix_id="gpu.low_utilization",
     metrics=("step.duration",),
 )
-def step_regression(threshold: float, window: RunWindow) -> Verdict:
+def step_regression(threshold: float, window: Window) -> Verdict:
     """What: the median step time over the window exceeds the run's own early median, or the
     run is slower than its job's baseline run beyond the noise (a `run.regression` finding).
     Why: the same job got slower — a noisy neighbour, throttling, a leak, a data change.
@@ -273,12 +320,12 @@ def step_regression(threshold: float, window: RunWindow) -> Verdict:
     regression = window.regression
     return Verdict(
         holds=True,
-        summary=regression.title + (f" ({regression.evidence})" if regression.evidence else ""),
-        numbers={"fix_id": regression.fix_id, "threshold": threshold, "vs_baseline_run": True},
+        summary=regression.title,
+        numbers={"fix_id": regression.id, "threshold": threshold, "vs_baseline_run": True},
     )
 
 
-def _step_regression_within_run(threshold: float, window: RunWindow) -> Verdict:
+def _step_regression_within_run(threshold: float, window: Window) -> Verdict:
     baseline = list(window.baseline_steps)
     if len(baseline) < BASELINE_STEPS // 5:
         return unknown("the run has too few steps for a baseline")
@@ -315,20 +362,29 @@ def _step_regression_within_run(threshold: float, window: RunWindow) -> Verdict:
     fix_id="gpu.low_utilization",
     metrics=(),
 )
-def finding_gain(threshold: float, window: RunWindow) -> Verdict:
+def finding_gain(threshold: float, window: Window) -> Verdict:
     """What: the recommender's top finding for the run promises at least `threshold` %.
     Why: a large, known fix is waiting. Fix: the finding's own fix.
     (A hook: it fires once server-side findings with gains are stored.)"""
-    finding = window.finding
-    if finding is None or finding.gain is None:
+    top = window.finding
+    gain = None if top is None else finding_gain_share(top)
+    if top is None or gain is None:
         return Verdict(holds=False, summary="no finding with an estimated gain")
-    gain = round(100 * finding.gain, 1)
+    gain = round(100 * gain, 1)
     return Verdict(
         holds=gain >= threshold,
-        summary=f"{finding.fix_id}: {finding.title} (estimated gain {_num(gain)}%)",
-        numbers={"fix_id": finding.fix_id, "gain_pct": gain, "threshold": threshold},
+        summary=f"{top.id}: {top.title} (estimated gain {_num(gain)}%)",
+        numbers={"fix_id": top.id, "gain_pct": gain, "threshold": threshold},
     )
 
 
-def evaluate(*, kind: str, threshold: float, window: RunWindow) -> Verdict:
+def evaluate(*, kind: str, threshold: float, window: Window) -> Verdict:
+    """The verdict of the condition `kind` at `threshold` over `window`."""
     return CONDITIONS[kind].evaluate(threshold, window)
+
+
+def finding_gain_share(found: Finding) -> float | None:
+    """The share of step time a finding promises: measured by a job, else estimated; None
+    when it claims none (a symptom, whose gain belongs to its root cause)."""
+    gain = found.measured_gain if found.measured_gain is not None else found.estimated_gain
+    return gain if gain > 0 else None
