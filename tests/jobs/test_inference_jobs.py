@@ -13,8 +13,9 @@ import pytest
 from django.test import Client
 
 from agent.abstats import CHANGES_RESULTS
+from perfweb.alerts.why import as_payload
 from perfweb.diagnostics.models import Finding
-from perfweb.diagnostics.selectors import finding_brief_for_run
+from perfweb.diagnostics.selectors import finding_for_run
 from perfweb.diagnostics.tasks import diagnose_run_task
 from perfweb.jobs import services
 from perfweb.jobs.models import FixVerification, Job, JobArm
@@ -423,8 +424,10 @@ def test_a_changes_results_fix_is_no_measured_gain_in_the_ranking_or_alerts(
         _run_job(Client(), token, run.host, outputs_by_round=[lossy] * 5)
     finding = Finding.objects.get(run=run, rule_id="model.quantization")
     assert finding.measured_gain == 0.0  # re-ranked on the verification: not the 50% measured
-    brief = finding_brief_for_run(run=run, rule_id="model.quantization")
-    assert brief is not None and brief["gain"] == 0.0  # what an alert would quote
+    stored = finding_for_run(run=run, rule_id="model.quantization")
+    assert stored is not None and stored.measured_gain == 0.0
+    why = as_payload(stored)  # what an alert would quote: no gain for a refuted fix
+    assert why is not None and why["gain_pct"] is None
     top = Finding.objects.filter(run=run).order_by("rank").first()
     assert top is not None and top.rule_id != "model.quantization"
     page = _browser(owner).get(f"/runs/{run.run_id}/").content.decode()
