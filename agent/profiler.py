@@ -389,6 +389,15 @@ class ProfilerWindows:
             self.steps_per_window = fitted
             self.agent.sender.facts.set("profiler.window_steps", fitted)
 
+    def reset_after_fork(self) -> None:
+        """A forked child (a DataLoader worker) records and ships nothing of ours."""
+        self._window = self._profile = None
+        self._ready = []
+        self._lock = threading.Lock()
+        self.scheduled = False
+        if self._scopes is not None:
+            self._scopes.forget()
+
     def close(self) -> None:
         """At exit: end an open window (its trace is dropped) and ship what is ready."""
         profile, self._profile = self._profile, None

@@ -79,6 +79,13 @@ class OpenScopes:
         self._tags.clear()
         self._open.clear()
 
+    def forget(self) -> None:
+        """Count nothing and call back never (a forked child); the wrappers stay, inert."""
+        self._recording = False
+        self._waiting_for = None
+        self._tags.clear()
+        self._open.clear()
+
     def segment_started(self) -> None:
         """A segment records from now: scopes beginning now are counted for it."""
         self._segment += 1

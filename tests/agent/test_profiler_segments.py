@@ -213,3 +213,43 @@ def test_a_scope_that_began_inside_the_window_and_spans_steps_ends_it(
     assert "stayed open across a step" in facts.snapshot()["profiler.window_cut"]
     assert len(shipped_traces) == 1
     assert torch.autograd.profiler.record_function.__enter__.__module__ == "torch.autograd.profiler"
+
+
+WORKERS_DURING_A_WINDOW = """
+import sys, torch, agent
+from torch.utils.data import DataLoader, TensorDataset
+agent.attach(offline=sys.argv[1], interval=0.05, flush_interval=0.1, profile=True,
+             profile_warmup_steps=2, profile_steps=5, profile_every_s=3600)
+data = TensorDataset(torch.randn(64, 8), torch.randn(64, 1))
+model = torch.nn.Linear(8, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+steps = 0
+for epoch in range(4):  # each epoch forks two workers: some while the window records
+    with torch.autograd.profiler.record_function("epoch"):
+        for x, y in DataLoader(data, batch_size=16, num_workers=2):
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+            steps += 1
+print(steps)
+"""
+
+
+def test_dataloader_workers_forked_while_a_window_records_do_not_touch_it(
+    tmp_path: Path, agent_env: dict[str, str]
+) -> None:
+    import subprocess
+    import sys
+
+    from tests.agent.conftest import ROOT, write_script
+
+    script = write_script(tmp_path, WORKERS_DURING_A_WINDOW)
+    out = tmp_path / "offline"
+    done = subprocess.run([sys.executable, str(script), str(out)], env=agent_env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=120, check=True)
+    assert done.stdout == "16\n"
+    traces = list(out.glob("*/*/traces/*.pt.trace.json.gz"))
+    assert [t.name for t in traces] == ["rank0-step2-7.pt.trace.json.gz"]
+    trace = json.loads(gzip.decompress(traces[0].read_bytes()))
+    steps = [e for e in trace["traceEvents"] if e.get("name") == "Optimizer.step#SGD.step"]
+    assert len(steps) == 5
