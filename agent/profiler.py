@@ -62,6 +62,10 @@ SEGMENT_CLOSE_BUDGET_S = 0.005
 # RSS the process may grow while a window records (its finished segments are held until
 # it ends); past it the window ends at the next segment boundary.
 WINDOW_RSS_BUDGET_BYTES = 16 * 1024 * 1024
+# Between two segments' exports the agent thread waits this many times the last export's
+# time (at least the minimum), so that no step of the script waits on several in a row.
+EXPORT_PAUSE_RATIO = 3.0
+EXPORT_PAUSE_MIN_S = 0.02
 
 
 @dataclass(slots=True)
@@ -344,18 +348,23 @@ class ProfilerWindows:
 
     def _ship(self, window: _Ready) -> None:
         facts = self.agent.sender.facts
-        started = time.perf_counter()
         exported: list[Segment] = []
         gz_path = _temporary(".json.gz")
         try:
-            for profile, shift_s in window.segments:
+            exporting = last = 0.0
+            for index, (profile, shift_s) in enumerate(window.segments):
+                if index:  # each export holds the GIL: let the script run between two
+                    time.sleep(max(EXPORT_PAUSE_MIN_S, EXPORT_PAUSE_RATIO * last))
                 path = _temporary(".json")
                 exported.append(Segment(path, shift_s * 1e6))
+                began = time.perf_counter()
                 profile.export_chrome_trace(path)
+                last = time.perf_counter() - began
+                exporting += last
                 profile.kineto_results = None  # Kineto's copy of the events goes now
                 profile._function_events = None
             window.segments.clear()
-            self._set_fact("profiler.export_ms", started)
+            facts.set("profiler.export_ms", round(exporting * 1000.0, 2))
             try:
                 json_bytes = merge_in_helper(
                     exported, gz_path, name=window.name,
