@@ -408,7 +408,8 @@ class ProfilerWindows:
             self._scopes.forget()
 
     def close(self) -> None:
-        """At exit: end an open window (its trace is dropped) and ship what is ready."""
+        """At exit: end an open window (its trace is dropped), ship what is ready and wait
+        (a bounded time) for the one being shipped."""
         profile, self._profile = self._profile, None
         self._window = None
         self._unwatch_scopes()
@@ -416,6 +417,11 @@ class ProfilerWindows:
             with contextlib.suppress(Exception):
                 profile.__exit__(None, None, None)
         self.poll()
+        # a window the agent thread is shipping right now: its facts should make the last
+        # batch, so wait for it (half the exit deadline at most; the rest is the sender's)
+        deadline = time.monotonic() + self.settings.exit_deadline / 2
+        while self._unshipped and time.monotonic() < deadline:
+            time.sleep(0.02)
 
 
 def _temporary(suffix: str) -> str:
