@@ -13,8 +13,9 @@ exactly as `perf-agent attach` starts it, writing to an offline directory), and 
 every mode alike. Reported per workload and mode: the median over runs of each run's median
 step time with its min-max, the ratio against baseline, the RSS at the end and the peak RSS
 (VmHWM) against baseline; for the profiler window, the step that opens it, the step that
-closes it and the steps inside it (each as a ratio to the run's median step outside it),
-and its peak-RSS cost.
+closes it and the steps inside it (each as a ratio to the run's median step outside it), the
+worst of them, its peak-RSS cost, and the worst step after it (when the agent thread exports
+and ships the trace) beside the same steps' worst in the 10 Hz runs, which have no window.
 """
 
 from __future__ import annotations
