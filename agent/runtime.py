@@ -147,6 +147,8 @@ class Agent:
         self.timer.reset_after_fork()
         self.signals.reset_after_fork()
         self.sender.reset_after_fork()
+        if self.profiler is not None:
+            self.profiler.reset_after_fork()
 
     # ------------------------------------------------------------------ bodies
     def start_body(self) -> dict[str, Any]:

@@ -13,8 +13,9 @@ exactly as `perf-agent attach` starts it, writing to an offline directory), and 
 every mode alike. Reported per workload and mode: the median over runs of each run's median
 step time with its min-max, the ratio against baseline, the RSS at the end and the peak RSS
 (VmHWM) against baseline; for the profiler window, the step that opens it, the step that
-closes it and the steps inside it (each as a ratio to the run's median step outside it),
-and its peak-RSS cost.
+closes it and the steps inside it (each as a ratio to the run's median step outside it), the
+worst of them, its peak-RSS cost, and the worst step after it (when the agent thread exports
+and ships the trace) beside the same steps' worst in the 10 Hz runs, which have no window.
 """
 
 from __future__ import annotations
@@ -211,7 +212,20 @@ def summarise(results: dict[str, list[dict[str, Any]]], steps: int) -> dict[str,
         }
     if results.get("profiler"):
         summary["profiler"].update(_window_cost(results["profiler"], steps))
+        for mode in ("profiler", "agent-10hz"):  # the second: same steps, no window
+            if results.get(mode):
+                summary[mode]["worst_step_after_window_extra_ms"] = _spread(
+                    [_worst_after(r["times"], steps) for r in results[mode]], 1e3, 1
+                )
     return summary
+
+
+def _worst_after(times: list[float], steps: int) -> float:
+    """The slowest step after the window (the export, merge and upload run then) minus the
+    run's median step there; for a mode without a window, the same steps."""
+    hi = window(steps)[1]
+    after = times[hi:]
+    return max(after) - statistics.median(after)
 
 
 def _window_cost(runs: list[dict[str, Any]], steps: int) -> dict[str, Any]:
@@ -222,10 +236,11 @@ def _window_cost(runs: list[dict[str, Any]], steps: int) -> dict[str, Any]:
     after the window.
     """
     lo, hi = window(steps)
-    opening, closing, inside, extra = [], [], [], []
+    opening, closing, inside, extra, worst = [], [], [], [], []
     for run in runs:
         times = run["times"]
         typical = statistics.median(times[hi + 5 :])
+        worst.append(max(times[lo - 1 : lo + 5]) - typical)
         opening.append(times[lo - 1] / typical)
         closing.append(times[lo + 4] / typical)
         inside.append(statistics.median(times[lo : lo + 4]) / typical)
@@ -245,6 +260,7 @@ def _window_cost(runs: list[dict[str, Any]], steps: int) -> dict[str, Any]:
             [(o - 1.0) * statistics.median(r["times"][hi + 5 :]) for o, r in zip(
                 opening, runs, strict=True)], 1e3, 1
         ),
+        "worst_window_step_extra_ms": _spread(worst, 1e3, 1),
         "closing_step_extra_ms": _spread(
             [(c - 1.0) * statistics.median(r["times"][hi + 5 :]) for c, r in zip(
                 closing, runs, strict=True)], 1e3, 1
