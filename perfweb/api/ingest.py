@@ -10,7 +10,7 @@ from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
-from agent import protocol
+from contract import protocol
 from perfweb.api.auth import token_required
 from perfweb.api.http import BadRequest, error_response, json_response, parse_json, read_body
 from perfweb.ingest.batches import batch_store

@@ -8,7 +8,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_GET
 
-from agent.protocol import DEVICE_RE, METRIC_NAME_RE, RUN_STATUSES
+from contract.protocol import DEVICE_RE, METRIC_NAME_RE, RUN_STATUSES
 from perfweb.api.auth import runs_required
 from perfweb.api.http import error_response, json_response
 from perfweb.runs.models import Run

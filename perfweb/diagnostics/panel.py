@@ -8,7 +8,7 @@ from typing import Any
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
-from agent.protocol import API_PREFIX
+from contract.api import RUN_FINDINGS_PATH
 from perfweb.dashboard.panels import Panel
 from perfweb.diagnostics import selectors
 from perfweb.diagnostics.formatting import format_value, pct
@@ -37,7 +37,7 @@ def findings_panel(*, run: Run, user: Any) -> Panel:
         template="diagnostics/_findings.html",
         context={
             "run_id": run.run_id,
-            "api": f"{API_PREFIX}/runs/{run.run_id}/findings",
+            "api": RUN_FINDINGS_PATH.format(run_id=run.run_id),
             "live": _live(run=run, state=state),
             "diagnosed_ts": _timestamp(state),
             "findings": [

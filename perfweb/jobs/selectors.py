@@ -8,8 +8,9 @@ from typing import Any
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import QuerySet
 
-from agent.abstats import CHANGES_RESULTS, before_after_rows
-from agent.knobs import KNOBS
+from agent.abstats import before_after_rows
+from contract.knobs import KNOBS
+from contract.verdicts import CHANGES_RESULTS
 from perfweb.jobs.models import FixVerification, Job
 from perfweb.jobs.services import changes_results_reason, claim_ttl, finding_knob
 from perfweb.runs.models import Run

@@ -16,7 +16,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from agent.abstats import AGREEMENT_RTOL, AGREEMENT_TOP1_MIN
-from agent.knobs import KNOBS, KnobError, parse_knobs, whole_number
+from contract.knobs import KNOBS, KnobError, parse_knobs, whole_number
 from perfweb.api.http import BadRequest, json_response, read_json
 from perfweb.dashboard import assets
 from perfweb.jobs import selectors, services
