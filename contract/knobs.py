@@ -143,6 +143,9 @@ SHARED_KNOBS = {
     "cpu.threads_too_few": "threads",
     "dataloader.too_many_workers": "num_workers",
     "fusion.elementwise": "compile",
+    # eager inference: the compile knob measures torch.compile, the one runtime change a job
+    # can apply (with output agreement); TensorRT / ONNX Runtime stay the fix's text
+    "inference.compile_runtime": "compile",
 }
 FINDING_KNOBS: dict[str, str] = {
     **{knob.finding_id: knob.name for knob in KNOBS.values()},

@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from contract.api import RUN_TRACE_PATH
 from perfweb.diagnostics import conf
+from perfweb.diagnostics.fix_knobs import fix_knobs
 from perfweb.diagnostics.models import Finding, RunDiagnosis, Trace
 from perfweb.diagnostics.summaries import summary_is_current
 from perfweb.diagnostics.workload import run_workload_coverage
@@ -58,7 +59,7 @@ def finding_for_run(*, run: Run, rule_id: str | None = None) -> RuleFinding | No
             )
             for item in top.evidence
         ],
-        fix=Fix(text=fix.get("text", ""), snippet=fix.get("snippet", ""), knob=fix.get("knob")),
+        fix=Fix(text=fix.get("text", ""), snippet=fix.get("snippet", ""), knobs=fix_knobs(fix)),
         doc=top.doc,
         measured_gain=top.measured_gain,
     )

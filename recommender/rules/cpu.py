@@ -104,7 +104,7 @@ def _threads_fix(budget: CoreBudget, target: int) -> Fix:
         text=f"Use {target} intra-op thread(s) per process{workers}: "
         f"{budget.ranks} x ({target} + {budget.workers_target}) threads on {budget.cores} cores.",
         snippet=f"OMP_NUM_THREADS={target} python train.py\n# or: torch.set_num_threads({target})",
-        knob=f"threads={target}",
+        knobs={"threads": target},
     )
 
 
