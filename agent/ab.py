@@ -51,7 +51,7 @@ from agent.abstats import (
     stop_of,
     stop_sentence,
 )
-from agent.knobs import KnobValue
+from contract.knobs import KnobValue, format_knobs, validate_knobs
 
 BASELINE = "baseline"
 CANDIDATE = "candidate"
@@ -110,7 +110,7 @@ class AbPlan:
     def __post_init__(self) -> None:
         if not self.command:
             raise AbError("no command to run")
-        self.knobs = knobs.validate_knobs(self.knobs)
+        self.knobs = validate_knobs(self.knobs)
         if not self.knobs:
             raise AbError("at least one --knob is needed for the candidate")
         if not (1 <= self.rounds <= 50 and 3 <= self.steps <= 10_000 and self.warmup >= 0):
@@ -278,7 +278,7 @@ def arm_env(plan: AbPlan, *, arm: str, loss_file: str, outputs_file: str = "") -
     env[abseed.ENV_SEED] = str(AB_SEED)
     env.setdefault("PYTHONHASHSEED", str(AB_SEED))  # a user's own choice stays
     if arm == CANDIDATE:
-        env[knobs.ENV_KNOBS] = knobs.format_knobs(plan.knobs)
+        env[knobs.ENV_KNOBS] = format_knobs(plan.knobs)
     return env
 
 

@@ -20,12 +20,12 @@ from agent.abstats import (
     AGREEMENT_TOP1_MIN,
     INFERENCE,
     UNKNOWN_KIND,
-    VERDICT_LABELS,
     Comparison,
     before_after_rows,
     changed_results_note,
 )
-from agent.knobs import KnobError
+from contract.knobs import KnobError, format_knobs, parse_knobs
+from contract.verdicts import VERDICT_LABELS
 
 
 def register(sub: Any) -> None:
@@ -87,14 +87,14 @@ def prepare_attach(args: argparse.Namespace, *, settings: Any, command: list[str
     """
     try:
         settings_now = knobs.knobs_from_env()
-        given = knobs.parse_knobs(list(getattr(args, "knob", None) or []))
+        given = parse_knobs(list(getattr(args, "knob", None) or []))
         knobs.max_steps_from_env()
     except KnobError as error:
         sys.stderr.write(f"perf-agent attach: {error}\n")
         return 2
     merged = {**settings_now, **given}
     if merged:
-        os.environ[knobs.ENV_KNOBS] = knobs.format_knobs(merged)
+        os.environ[knobs.ENV_KNOBS] = format_knobs(merged)
     if getattr(settings, "online", False):
         ledger.safe_record(
             server=settings.server, token=settings.token, run_id=settings.run_id,
@@ -108,7 +108,7 @@ def ab_main(args: argparse.Namespace) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     try:
         plan = AbPlan(
-            command=command, knobs=knobs.parse_knobs(args.knob), rounds=args.rounds,
+            command=command, knobs=parse_knobs(args.knob), rounds=args.rounds,
             steps=args.steps, warmup=args.warmup,
             max_rounds=max(args.rounds, args.max_rounds), time_budget_s=args.time_budget,
             agreement_top1=args.agreement_top1, agreement_rtol=args.agreement_rtol,
@@ -145,7 +145,7 @@ def format_text(result: Comparison, plan: AbPlan) -> str:
     why = changed_results_note(body)
     kind = result.kind if result.kind != UNKNOWN_KIND else "kind not reported"
     lines = [
-        f"knobs      {knobs.format_knobs(plan.knobs)}",
+        f"knobs      {format_knobs(plan.knobs)}",
         f"workload   {kind}: {result.rounds} rounds x {result.steps_per_arm} {unit} per arm",
         f"speedup    {result.speedup:.2f}x (95% CI {result.ci_low:.2f}x - "
         f"{result.ci_high:.2f}x; mean time per {unit[:-1]})",

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent import protocol
+from contract import protocol
 
 CUDA_PEAK = "torch.cuda_peak"
 PROCESS_RSS = "process.rss"

@@ -28,22 +28,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-FASTER = "faster"
-SLOWER = "slower"
-NO_DIFFERENCE = "no measurable difference"
-INCONCLUSIVE = "inconclusive"
-# Faster, but the outputs (inference) or the loss (training) moved beyond tolerance: never
-# "verified", whatever the speed-up.
-CHANGES_RESULTS = "faster but changes results"
-VERDICTS = (FASTER, SLOWER, NO_DIFFERENCE, INCONCLUSIVE, CHANGES_RESULTS)
-# What a page or the CLI prints for a verdict.
-VERDICT_LABELS = {
-    FASTER: FASTER,
-    SLOWER: SLOWER,
-    NO_DIFFERENCE: NO_DIFFERENCE,
-    INCONCLUSIVE: "inconclusive \u2014 more rounds needed",
-    CHANGES_RESULTS: CHANGES_RESULTS,
-}
+from contract.verdicts import (
+    CHANGES_RESULTS,
+    FASTER,
+    INCONCLUSIVE,
+    NO_DIFFERENCE,
+    SLOWER,
+    VERDICT_LABELS,
+)
 
 # What the arms ran, from the agent's fact `workload.kind`.
 TRAINING = "training"

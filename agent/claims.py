@@ -15,7 +15,7 @@ import json
 import os
 from typing import Any
 
-from agent import layout
+from contract import layout
 
 try:
     import fcntl

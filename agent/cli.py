@@ -6,8 +6,9 @@ import argparse
 import os
 import sys
 
-from agent import abcli, protocol
+from agent import abcli
 from agent.config import load_settings
+from contract import protocol
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from agent import protocol
 from agent.log import log
+from contract import protocol
 
 ENV_OFFLINE = "PERF_AGENT_OFFLINE"
 ENV_NAME = "PERF_AGENT_NAME"

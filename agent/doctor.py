@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from agent import transport
 from agent.log import silence
 from agent.nvml import NvmlCollector, Query
+from contract import api
 
-RUNS_PATH = "/api/v1/runs?limit=1"
+RUNS_PATH = f"{api.RUNS_PATH}?limit=1"
 
 
 def nvml_lines(query: Query | None = None) -> list[str]:

@@ -1,217 +1,24 @@
-"""Knobs: the closed list of fixes the agent can apply without editing the user's script.
-
-The list is the knob column of FIXES.md and nothing else. It is the security boundary of
-optimisation jobs: a runner accepts a job's settings only after `parse_knobs` has checked
-them against this list, so the server can never ask for anything outside it.
+"""Knobs inside the user's process: the settings an optimisation job hands the agent.
 
     PERF_AGENT_KNOBS="num_workers=4,pin_memory=true,threads=2"   # applied at attach time
     PERF_AGENT_MAX_STEPS=50                                       # end cleanly after 50 steps
 
-This module is dependency-free (the server imports it to validate jobs); the parts that touch
-torch live in `agent.knobs_torch` and run only inside the user's process.
+What a knob is (the closed list, its types and bounds, the parser) is the contract's
+(`contract.knobs`); this module reads the two variables, checks them against that list and
+applies them. The parts that touch torch live in `agent.knobs_torch` and run only inside
+the user's process.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+
+from contract.knobs import KnobError, KnobValue, parse_knobs, whole_number
 
 ENV_KNOBS = "PERF_AGENT_KNOBS"
 ENV_MAX_STEPS = "PERF_AGENT_MAX_STEPS"
-
-KnobValue = int | bool | str
-
-_TRUE = frozenset({"true", "1", "yes", "on"})
-# Whole numbers are ASCII digits only: Python's int() also takes "4_0" (40) and other
-# scripts' digits ("٤"), which a reviewer of a job's settings would not read as what runs.
-_WHOLE_NUMBER = re.compile(r"[+-]?[0-9]+")
-_FALSE = frozenset({"false", "0", "no", "off"})
-
-
-class KnobError(ValueError):
-    """A knob setting that is not on the closed list or has a bad value (one line)."""
-
-
-@dataclass(frozen=True)
-class Knob:
-    """One entry of the closed list: its name, value type and the finding it fixes."""
-
-    name: str
-    finding_id: str
-    kind: str  # "int" | "bool" | "choice"
-    description: str
-    minimum: int = 0
-    maximum: int = 0
-    choices: tuple[str, ...] = ()
-
-    def parse(self, raw: str) -> KnobValue:
-        """The typed value of `raw`, or KnobError naming the knob and the bad value."""
-        text = raw.strip().lower()
-        if self.kind == "bool":
-            if text in _TRUE:
-                return True
-            if text in _FALSE:
-                return False
-            raise KnobError(f'knob {self.name}: "{raw}" is not true or false')
-        if self.kind == "choice":
-            if text in self.choices:
-                return text
-            allowed = " or ".join(self.choices)
-            raise KnobError(f'knob {self.name}: "{raw}" is not allowed (use {allowed})')
-        number = whole_number(text)
-        if number is None:
-            raise KnobError(f'knob {self.name}: "{raw}" is not a whole number')
-        if not self.minimum <= number <= self.maximum:
-            raise KnobError(f"knob {self.name}: {number} is outside {self.minimum}..{self.maximum}")
-        return number
-
-
-def whole_number(text: str) -> int | None:
-    """`text` as an int when it is an optional sign and ASCII digits only, else None."""
-    stripped = text.strip()
-    if _WHOLE_NUMBER.fullmatch(stripped) is None:
-        return None
-    return int(stripped, 10)
-
-
-def _int(name: str, finding_id: str, description: str, lo: int, hi: int) -> Knob:
-    return Knob(name, finding_id, "int", description, minimum=lo, maximum=hi)
-
-
-def _bool(name: str, finding_id: str, description: str) -> Knob:
-    return Knob(name, finding_id, "bool", description)
-
-
-def _choice(name: str, finding_id: str, description: str, *choices: str) -> Knob:
-    return Knob(name, finding_id, "choice", description, choices=choices)
-
-
-# The closed list (FIXES.md, knob column). Adding a knob here widens what a server may ask a
-# runner to do: it needs an applier in knobs_torch and a review like any security change.
-KNOBS: dict[str, Knob] = {
-    knob.name: knob
-    for knob in (
-        _int("num_workers", "dataloader.num_workers", "DataLoader worker processes", 0, 256),
-        _bool("pin_memory", "dataloader.pin_memory", "DataLoader pinned host memory"),
-        _bool(
-            "persistent_workers",
-            "dataloader.persistent_workers",
-            "keep DataLoader workers alive between epochs",
-        ),
-        _choice(
-            "empty_cache",
-            "memory.empty_cache_in_loop",
-            "make torch.cuda.empty_cache() a no-op",
-            "off",
-        ),
-        _bool(
-            "expandable_segments",
-            "memory.fragmentation",
-            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments",
-        ),
-        _int("threads", "cpu.thread_oversubscription", "intra-op threads", 1, 1024),
-        _choice(
-            "compile",
-            "launch.overhead",
-            'torch.compile(mode="reduce-overhead") on the model, where safe',
-            "reduce-overhead",
-            "default",
-        ),
-        _choice("amp", "precision.amp", "bf16 autocast around the model's forward", "bf16"),
-        _bool("tf32", "precision.tf32", "TF32 matmul and convolution"),
-        _bool("cudnn_benchmark", "cudnn.benchmark", "torch.backends.cudnn.benchmark"),
-        _int("batch_size", "batch.increase", "batch size, where the DataLoader owns it", 1, 65536),
-        _bool(
-            "inference_mode",
-            "inference.autograd_enabled",
-            "torch.inference_mode() around the model's forward while it is in eval()",
-        ),
-        _choice(
-            "quantize",
-            "model.quantization",
-            "int8 dynamic quantisation of the model's nn.Linear layers (eval mode only)",
-            "dynamic",
-        ),
-        _bool(
-            "channels_last",
-            "inference.channels_last",
-            "channels_last memory format for a conv model and its 4-D inputs",
-        ),
-    )
-}
-
-# Findings whose fix is a knob another finding owns (FIXES.md names one knob for both).
-SHARED_KNOBS = {
-    "cpu.threads_too_few": "threads",
-    "dataloader.too_many_workers": "num_workers",
-    "fusion.elementwise": "compile",
-}
-FINDING_KNOBS: dict[str, str] = {
-    **{knob.finding_id: knob.name for knob in KNOBS.values()},
-    **SHARED_KNOBS,
-}
-
-
-def parse_knob(setting: str) -> tuple[str, KnobValue]:
-    """Parse one `KEY=VALUE` setting against the closed list."""
-    key, sep, raw = setting.partition("=")
-    key = key.strip()
-    if not sep or not key:
-        raise KnobError(f'knob setting "{setting}" is not KEY=VALUE')
-    knob = KNOBS.get(key)
-    if knob is None:
-        known = ", ".join(sorted(KNOBS))
-        raise KnobError(f'unknown knob "{key}" (known: {known})')
-    return key, knob.parse(raw)
-
-
-def parse_knobs(text: str | list[str] | tuple[str, ...]) -> dict[str, KnobValue]:
-    """Parse `"k=v,k=v"` (or a list of `k=v`) into typed values; KnobError on anything off-list.
-
-    A knob given twice is an error rather than "last wins": a job must mean one thing.
-    """
-    parts = text.split(",") if isinstance(text, str) else list(text)
-    settings: dict[str, KnobValue] = {}
-    for part in parts:
-        if not part.strip():
-            continue
-        key, value = parse_knob(part)
-        if key in settings:
-            raise KnobError(f"knob {key} is given twice")
-        settings[key] = value
-    return settings
-
-
-def validate_knobs(settings: Mapping[str, object]) -> dict[str, KnobValue]:
-    """Re-check already-typed settings (e.g. a job's JSON) against the closed list."""
-    if not isinstance(settings, Mapping):
-        raise KnobError("knobs must be an object of KEY: VALUE")
-    checked: dict[str, KnobValue] = {}
-    for key, value in settings.items():
-        if isinstance(value, bool):
-            raw = "true" if value else "false"
-        elif isinstance(value, int | str):
-            raw = str(value)
-        else:
-            raise KnobError(f"knob {key}: value must be a number, a boolean or a string")
-        name, typed = parse_knob(f"{key}={raw}")
-        checked[name] = typed
-    return checked
-
-
-def format_value(value: KnobValue) -> str:
-    """The text form of a typed knob value (`true`, `4`, `bf16`)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
-def format_knobs(settings: Mapping[str, KnobValue]) -> str:
-    """The canonical `PERF_AGENT_KNOBS` string: sorted, comma-separated `k=v`."""
-    return ",".join(f"{key}={format_value(settings[key])}" for key in sorted(settings))
 
 
 def knobs_from_env(environ: Mapping[str, str] | None = None) -> dict[str, KnobValue]:

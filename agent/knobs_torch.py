@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agent.importhook import when_imported
-from agent.knobs import KnobValue
+from contract.knobs import KnobValue
 
 _status: dict[str, str] = {}
 _lock = threading.Lock()

@@ -16,10 +16,11 @@ import sys
 from collections.abc import Mapping
 from types import FrameType
 
-from agent import protocol, transport
+from agent import transport
 from agent.config import Settings, settings_env
 from agent.runtime import Agent
 from agent.sender import PostFn
+from contract import protocol
 
 BOOT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_boot")
 PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

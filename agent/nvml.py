@@ -21,7 +21,7 @@ from typing import Any
 
 from agent.buffer import Sample
 from agent.log import say_once
-from agent.protocol import DeviceNaming
+from contract.protocol import DeviceNaming
 
 Query = Callable[..., Any]
 

@@ -15,9 +15,10 @@ import os
 import threading
 from collections import deque
 
-from agent import claims, layout
-from agent.layout import Envelope
+from agent import claims
 from agent.log import say_once
+from contract import layout
+from contract.layout import Envelope
 
 
 class Outbox:

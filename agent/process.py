@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from agent.buffer import Sample
 from agent.log import say_once
-from agent.protocol import DeviceNaming
+from contract.protocol import DeviceNaming
 
 
 class ProcessSource(Protocol):

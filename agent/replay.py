@@ -17,10 +17,11 @@ import os
 from collections import deque
 from dataclasses import dataclass
 
-from agent import claims, layout, protocol, traces, transport, upload
+from agent import claims, traces, transport, upload
 from agent.claims import FolderLock
 from agent.log import log
 from agent.transport import PostFn
+from contract import api, layout
 
 REJECTED_SUFFIX = ".rejected"
 
@@ -163,7 +164,7 @@ class Replayer:
         reply = transport.Reply(0)
         for body in traces.chunk_bodies(run_id, agent_id, name, data):
             reply = self._post(
-                self.server, protocol.TRACE_PATH, self.token, transport.encode(body), timeout
+                self.server, api.TRACE_PATH, self.token, transport.encode(body), timeout
             )
             if not reply.ok:
                 break

@@ -31,9 +31,9 @@ from typing import Any
 from agent import ledger
 from agent.ab import AbCancelled, AbError, AbPlan, Arm, check_tolerances, run_ab
 from agent.abstats import AGREEMENT_RTOL, AGREEMENT_TOP1_MIN
-from agent.knobs import KnobError, KnobValue, validate_knobs
+from contract import api
+from contract.knobs import KnobError, KnobValue, validate_knobs
 
-CLAIM_PATH = "/api/v1/jobs/claim"
 LIMITS = {"rounds": (1, 20), "steps": (3, 1000), "warmup": (0, 100)}
 
 
@@ -198,7 +198,7 @@ class Runner:
         while not self.stopping.is_set():
             try:
                 status, reply = self.client.post(
-                    CLAIM_PATH, {"host": self.host, "runner_id": self.runner_id}
+                    api.JOBS_CLAIM_PATH, {"host": self.host, "runner_id": self.runner_id}
                 )
             except OSError as error:
                 self.say(f"server unreachable ({error}); retrying")
@@ -222,7 +222,7 @@ class Runner:
     def handle(self, job: dict[str, Any]) -> None:
         """Validate, run and report one claimed job."""
         job_id, claim = job.get("id"), str(job.get("claim_token") or "")
-        base = f"/api/v1/jobs/{job_id}"
+        fail = api.JOB_FAIL_PATH.format(job_id=job_id)
         try:
             spec = validate_job(
                 job, server=self.server, token=self.token, host=self.host,
@@ -230,7 +230,7 @@ class Runner:
             )  # fmt: skip
         except Refused as refusal:
             self.say(f"job {job_id} refused: {refusal}")
-            self._post(f"{base}/fail", {"claim_token": claim, "reason": f"refused: {refusal}"})
+            self._post(fail, {"claim_token": claim, "reason": f"refused: {refusal}"})
             return
         self.say(f"job {job_id}: {spec.knobs} on run {spec.run_id} ({spec.rounds} rounds)")
         self.cancel.clear()
@@ -240,7 +240,7 @@ class Runner:
         if isinstance(ttl, int | float) and ttl > 0:
             every = max(1.0, min(every, ttl / 3))  # never hammer the server, whatever it says
         beat = threading.Thread(
-            target=self._heartbeat, args=(base, claim, done, every), daemon=True
+            target=self._heartbeat, args=(job_id, claim, done, every), daemon=True
         )
         beat.start()
         try:
@@ -252,7 +252,7 @@ class Runner:
             )  # fmt: skip
             result = run_ab(
                 plan,
-                on_arm=lambda arm: self._progress(base, claim, arm),
+                on_arm=lambda arm: self._progress(job_id, claim, arm),
                 cancelled=self.cancel,
                 launcher=self.launcher,
             )
@@ -260,34 +260,35 @@ class Runner:
             reason = "runner stopped" if self.stopping.is_set() else "cancelled"
             self.say(f"job {job_id} {reason}; workload killed")
             if self.stopping.is_set():
-                self._post(f"{base}/fail", {"claim_token": claim, "reason": "the runner stopped"})
+                self._post(fail, {"claim_token": claim, "reason": "the runner stopped"})
             return
         except AbError as error:
             self.say(f"job {job_id} failed: {error}")
-            self._post(f"{base}/fail", {"claim_token": claim, "reason": str(error)[:500]})
+            self._post(fail, {"claim_token": claim, "reason": str(error)[:500]})
             return
         finally:
             done.set()
         # The server recomputes the result from the arms it stored; this copy is for its log.
-        self._post(f"{base}/result", {"claim_token": claim, "result": result.to_dict()})
+        result_path = api.JOB_RESULT_PATH.format(job_id=job_id)
+        self._post(result_path, {"claim_token": claim, "result": result.to_dict()})
         self.say(
             f"job {job_id}: speedup {result.speedup:.2f}x "
             f"(95% CI {result.ci_low:.2f}-{result.ci_high:.2f}), {result.verdict}; "
             f"{result.stop_reason}"
         )
 
-    def _progress(self, base: str, claim: str, arm: Arm | None) -> None:
+    def _progress(self, job_id: object, claim: str, arm: Arm | None) -> None:
         body: dict[str, Any] = {"claim_token": claim}
         if arm is not None:
             body["arm"] = arm.to_dict()
-        reply = self._post(f"{base}/progress", body)
+        reply = self._post(api.JOB_PROGRESS_PATH.format(job_id=job_id), body)
         if reply.get("cancelled"):
             self.cancel.set()
 
-    def _heartbeat(self, base: str, claim: str, done: threading.Event, every: float) -> None:
+    def _heartbeat(self, job_id: object, claim: str, done: threading.Event, every: float) -> None:
         # Keeps the claim alive while a round runs, and notices a cancel between arms.
         while not done.wait(every) and not self.cancel.is_set():
-            self._progress(base, claim, None)
+            self._progress(job_id, claim, None)
 
     def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         for attempt in range(3):

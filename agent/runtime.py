@@ -13,7 +13,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from agent import importhook, protocol, torch_state, transport
+from agent import importhook, torch_state, transport
 from agent.buffer import Sample
 from agent.config import Settings
 from agent.host import HostCollector, HostSource
@@ -24,6 +24,7 @@ from agent.scalars import ScriptSignals
 from agent.sender import PostFn, Sender
 from agent.steps import StepTimer
 from agent.torch_patches import Counters, TorchPatches
+from contract import protocol
 
 FACTS_EVERY_TICKS = 5
 BATCH_SIZES_HELD = 100_000  # between two ticks; beyond, the oldest go (a bound, not a goal)

@@ -15,8 +15,8 @@ import re
 import threading
 from typing import Any
 
-from agent import protocol
 from agent.log import say_once
+from contract import protocol
 
 REPLACEMENT = "\ufffd"
 _BAD_CHARS = re.compile("[\x00\ud800-\udfff]")

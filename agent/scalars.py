@@ -14,9 +14,9 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from agent import protocol
 from agent.buffer import FactBuffer, SampleBuffer
 from agent.log import say_once
+from contract import protocol
 
 FACT_DROPPED = "scalars.dropped"
 FACT_PHASE_PREFIX = "phases."

@@ -22,15 +22,16 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from agent import layout, protocol, sanitize, transport
+from agent import sanitize, transport
 from agent.buffer import FactBuffer, SampleBuffer, StepBuffer
 from agent.claims import destination
 from agent.config import Settings
-from agent.layout import Envelope
 from agent.log import log, say_once
 from agent.outbox import Outbox
 from agent.replay import Replayer
 from agent.transport import PostFn
+from contract import api, layout, protocol
+from contract.layout import Envelope
 
 __all__ = ["PATHS", "PostFn", "Sender"]
 
@@ -477,7 +478,7 @@ class Sender:
         if now - self._last_contact < self.settings.heartbeat_after or now < self._blocked_until:
             return
         body = {"run_id": self.settings.run_id, "agent_id": self.agent_id, "sent_at": self._wall()}
-        reply = self._request(protocol.HEARTBEAT_PATH, transport.encode(body), None)
+        reply = self._request(api.HEARTBEAT_PATH, transport.encode(body), None)
         self._last_contact = now  # on failure: try again one heartbeat period later
         if reply.ok:
             self._answered = True

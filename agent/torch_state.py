@@ -11,9 +11,9 @@ import sys
 from typing import Any
 
 from agent.buffer import Sample
-from agent.protocol import DeviceNaming
 from agent.steps import StepTimer
 from agent.torch_patches import Counters
+from contract.protocol import DeviceNaming
 
 DIST_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 

@@ -14,8 +14,9 @@ import os
 import time
 from typing import Any
 
-from agent import layout, protocol, transport
+from agent import transport
 from agent.log import say_once
+from contract import api, layout, protocol
 
 CHUNK_BYTES = protocol.TRACE_CHUNK_MAX_BYTES  # base64 makes it ~5.4 MiB: under the 8 MiB limit
 TRACE_SUFFIX = ".pt.trace.json.gz"
@@ -57,7 +58,7 @@ def upload_trace(
     for body in bodies:
         payload = transport.encode(body)
         for attempt in range(attempts):
-            reply = post(server, protocol.TRACE_PATH, token, payload, 30.0)
+            reply = post(server, api.TRACE_PATH, token, payload, 30.0)
             if reply.ok or not reply.transient:
                 break
             time.sleep(reply.retry_after if reply.retry_after is not None else 0.5 * 2**attempt)

@@ -10,13 +10,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent import layout, protocol
+from contract import api, layout
 
 USER_AGENT = "perf-agent/0.1"
 PATHS = {  # where each kind of envelope is posted
-    layout.KIND_START: protocol.START_PATH,
-    layout.KIND_BATCH: protocol.BATCH_PATH,
-    layout.KIND_FINISH: protocol.FINISH_PATH,
+    layout.KIND_START: api.START_PATH,
+    layout.KIND_BATCH: api.BATCH_PATH,
+    layout.KIND_FINISH: api.FINISH_PATH,
 }
 
 

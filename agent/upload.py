@@ -13,8 +13,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from agent import layout, protocol, traces, transport
+from agent import traces, transport
 from agent.transport import PATHS, PostFn
+from contract import layout, protocol
 
 
 @dataclass

@@ -29,7 +29,7 @@ class StepSample:
 
 @dataclass
 class Series:
-    """One metric series (protocol `metrics[i]`): name/unit in `agent.protocol.METRICS`."""
+    """One metric series (protocol `metrics[i]`): name/unit in `contract.protocol.METRICS`."""
 
     device: str  # "gpu:0", "process", "workers", "host", "rank:0"
     name: str  # e.g. "gpu.utilization"
@@ -68,7 +68,7 @@ class RunEvidence:
 
     def process_values(self, name: str) -> list[float]:
         """A process metric of the job's own processes: `process`, or every rank's
-        `process:<rank>` in a job of several ranks (see agent.protocol.DeviceNaming)."""
+        `process:<rank>` in a job of several ranks (see contract.protocol.DeviceNaming)."""
         return [
             v
             for device in self.devices_of(name)

@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from agent.layout import BATCH_RE, START_FILE, TRACES_DIR
+from contract.layout import BATCH_RE, START_FILE, TRACES_DIR
 from recommender.analysis.summary import TraceSummary, summarize
 from recommender.errors import InputError
 from recommender.evidence import RunEvidence, Series, StepSample

@@ -6,8 +6,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import agent
-from agent import protocol
 from agent.log import say_once
+from contract import protocol
 
 
 class AgentBridge:

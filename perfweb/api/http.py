@@ -11,7 +11,7 @@ import orjson
 from django.http import HttpRequest, HttpResponse
 from isal import isal_zlib
 
-from agent.protocol import MAX_BODY_BYTES, MAX_DECOMPRESSED_BYTES, MAX_JSON_DEPTH
+from contract.protocol import MAX_BODY_BYTES, MAX_DECOMPRESSED_BYTES, MAX_JSON_DEPTH
 from perfweb.runs.fields import Invalid, key_path, text
 
 # isal's stubs declare `error` an instance; it is the exception class.

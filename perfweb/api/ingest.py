@@ -7,16 +7,13 @@ from functools import wraps
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse
-from django.views.decorators.csrf import csrf_exempt
-from django.views.decorators.http import require_POST
 
-from agent import protocol
-from perfweb.api.auth import token_required
-from perfweb.api.http import BadRequest, error_response, json_response, parse_json, read_body
+from contract import protocol
+from perfweb.api.endpoint import TOKEN, endpoint
+from perfweb.api.http import json_response, parse_json, read_body
 from perfweb.ingest.batches import batch_store
 from perfweb.projects.models import Project
 from perfweb.runs import services
-from perfweb.runs.fields import Invalid
 from perfweb.runs.models import Run
 from perfweb.runs.schemas import (
     parse_batch,
@@ -32,25 +29,14 @@ FEATURES = [protocol.FEATURE_PACKED_ARRAYS]
 
 
 def ingest_view(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-    """POST only, token auth, no CSRF (no cookies involved); the view gets the body's bytes,
+    """POST only, token auth (perfweb.api.endpoint); the view gets the body's bytes,
     un-gzipped; bad input is a 4xx with one sentence, an unknown run a 404, a second
     launcher a 409."""
 
-    @csrf_exempt
-    @require_POST
-    @token_required
+    @endpoint("POST", auth=TOKEN)
     @wraps(view)
     def wrapper(request: HttpRequest, *, project: Project) -> HttpResponse:
-        try:
-            return view(read_body(request), project=project)
-        except BadRequest as error:
-            return error_response(str(error), error.status)
-        except Invalid as error:
-            return error_response(str(error), 400)
-        except services.RunNotFound as error:
-            return error_response(f"run {error} was not started in this project", 404)
-        except services.LauncherConflict as error:
-            return error_response(str(error), 409)
+        return view(read_body(request), project=project)
 
     return wrapper
 

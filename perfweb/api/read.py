@@ -6,10 +6,9 @@ import math
 
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
-from django.views.decorators.http import require_GET
 
-from agent.protocol import DEVICE_RE, METRIC_NAME_RE, RUN_STATUSES
-from perfweb.api.auth import runs_required
+from contract.protocol import DEVICE_RE, METRIC_NAME_RE, RUN_STATUSES
+from perfweb.api.endpoint import READER, endpoint
 from perfweb.api.http import error_response, json_response
 from perfweb.runs.models import Run
 from perfweb.runs.selectors import run_get
@@ -24,8 +23,7 @@ class _BadQuery(Exception):
     pass
 
 
-@require_GET
-@runs_required
+@endpoint("GET", auth=READER)
 def runs(request: HttpRequest, *, runs: QuerySet[Run]) -> HttpResponse:
     status = request.GET.get("status") or None
     if status is not None and status not in RUN_STATUSES:
@@ -37,8 +35,7 @@ def runs(request: HttpRequest, *, runs: QuerySet[Run]) -> HttpResponse:
     return json_response({"runs": run_list(runs=runs, status=status, limit=limit)})
 
 
-@require_GET
-@runs_required
+@endpoint("GET", auth=READER)
 def run(request: HttpRequest, run_id: str, *, runs: QuerySet[Run]) -> HttpResponse:
     found = run_get(runs=runs, run_id=run_id)
     if found is None:
@@ -46,14 +43,12 @@ def run(request: HttpRequest, run_id: str, *, runs: QuerySet[Run]) -> HttpRespon
     return json_response(run_detail(run=found))
 
 
-@require_GET
-@runs_required
+@endpoint("GET", auth=READER)
 def series(request: HttpRequest, run_id: str, *, runs: QuerySet[Run]) -> HttpResponse:
     return _series(request, run_id, runs=runs, everything=False)
 
 
-@require_GET
-@runs_required
+@endpoint("GET", auth=READER)
 def timeline(request: HttpRequest, run_id: str, *, runs: QuerySet[Run]) -> HttpResponse:
     return _series(request, run_id, runs=runs, everything=True)
 

@@ -1,19 +1,46 @@
+"""Every `/api/v1` route, and only here: each from its path in contract.api (the agent builds
+its requests from the same constants), each view behind perfweb.api.endpoint (one auth path,
+one error mapping), each calling its own app's services and selectors."""
+
 from __future__ import annotations
 
-from django.urls import path
+import re
 
-from perfweb.api import ingest, read
-from perfweb.api.http import server_timing
+from django.urls import URLPattern, path
+
+from contract import api
+from perfweb.api import diagnostics, ingest, jobs, read
 from perfweb.fleet.views import waste_api
 
-urlpatterns = [
-    path("ingest/start", server_timing(ingest.start), name="ingest-start"),
-    path("ingest/batch", server_timing(ingest.batch), name="ingest-batch"),
-    path("ingest/heartbeat", server_timing(ingest.heartbeat), name="ingest-heartbeat"),
-    path("ingest/finish", server_timing(ingest.finish), name="ingest-finish"),
-    path("runs", server_timing(read.runs), name="api-runs"),
-    path("waste", server_timing(waste_api), name="api-waste"),
-    path("runs/<str:run_id>", server_timing(read.run), name="api-run"),
-    path("runs/<str:run_id>/series", server_timing(read.series), name="api-run-series"),
-    path("runs/<str:run_id>/timeline", server_timing(read.timeline), name="api-run-timeline"),
+PREFIX = api.API_PREFIX.strip("/") + "/"  # what perfweb/urls.py includes this module under
+
+
+def route(template: str) -> str:
+    """A contract path as a route of this module: `/api/v1/runs/{run_id}` is `runs/<str:run_id>`."""
+    relative = template.removeprefix(api.API_PREFIX + "/")
+    return re.sub(r"\{(\w+)\}", lambda m: f"<{api.PARAMETERS[m.group(1)]}:{m.group(1)}>", relative)
+
+
+urlpatterns: list[URLPattern] = [
+    # the agent's (docs/protocol.md)
+    path(route(api.START_PATH), ingest.start, name="ingest-start"),
+    path(route(api.BATCH_PATH), ingest.batch, name="ingest-batch"),
+    path(route(api.HEARTBEAT_PATH), ingest.heartbeat, name="ingest-heartbeat"),
+    path(route(api.FINISH_PATH), ingest.finish, name="ingest-finish"),
+    path(route(api.TRACE_PATH), diagnostics.trace_upload, name="ingest-trace"),
+    # reads (docs/protocol.md)
+    path(route(api.RUNS_PATH), read.runs, name="api-runs"),
+    path(route(api.WASTE_PATH), waste_api, name="api-waste"),
+    path(route(api.RUN_PATH), read.run, name="api-run"),
+    path(route(api.RUN_SERIES_PATH), read.series, name="api-run-series"),
+    path(route(api.RUN_TIMELINE_PATH), read.timeline, name="api-run-timeline"),
+    path(route(api.RUN_FINDINGS_PATH), diagnostics.run_findings, name="run-findings"),
+    path(route(api.RUN_STEP_BANDS_PATH), diagnostics.run_step_bands, name="run-step-bands"),
+    path(route(api.RUN_TRACE_PATH), diagnostics.trace_download, name="trace-download"),
+    path(route(api.RUN_WORKLOAD_PATH), diagnostics.run_workload, name="run-workload"),
+    # the runner's (docs/jobs.md)
+    path(route(api.JOBS_CLAIM_PATH), jobs.claim, name="api-job-claim"),
+    path(route(api.JOB_PROGRESS_PATH), jobs.progress, name="api-job-progress"),
+    path(route(api.JOB_RESULT_PATH), jobs.result, name="api-job-result"),
+    path(route(api.JOB_FAIL_PATH), jobs.fail, name="api-job-fail"),
 ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent.protocol import API_PREFIX
+from contract.api import RUN_TIMELINE_PATH
 from perfweb.diagnostics.comparison import pair_comparison, run_steps, thinned
 from perfweb.diagnostics.formatting import pct
 from perfweb.runs.models import Run
@@ -25,7 +25,7 @@ def compare_context(*, runs: list[Run]) -> dict[str, Any]:
         "pairs": pairs,
         "page_config": {
             "runs": [_run_series(run, index) for index, run in enumerate(runs)],
-            "timelineApi": f"{API_PREFIX}/runs/RUN_ID/timeline",
+            "timelineApi": RUN_TIMELINE_PATH.format(run_id="RUN_ID"),
         },
     }
 

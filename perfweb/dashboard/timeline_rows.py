@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from agent.protocol import (
+from contract.protocol import (
     METRICS,
     PHASES,
     RUN_PHASE,

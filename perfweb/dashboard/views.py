@@ -12,7 +12,8 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_GET
 
-from agent.protocol import API_PREFIX, RUN_STATUSES
+from contract.api import RUN_PATH, RUNS_PATH
+from contract.protocol import RUN_STATUSES
 from perfweb.dashboard import assets, comparison_page, presenters
 from perfweb.dashboard.panels import run_panels
 from perfweb.dashboard.timeline_rows import timeline_extras_config, timeline_rows_config
@@ -43,7 +44,7 @@ def runs_list(request: HttpRequest) -> HttpResponse:
             "statuses": RUN_STATUSES,
             "server_url": request.build_absolute_uri("/").rstrip("/"),
             "page_config": {
-                "api": f"{API_PREFIX}/runs",
+                "api": RUNS_PATH,
                 "runUrl": reverse("dashboard:run", args=["RUN_ID"]),
                 "limit": RUNS_ON_PAGE,
                 "showProject": show_project,
@@ -69,7 +70,7 @@ def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
             "kind": kind,
             "panels": run_panels(run=run, user=request.user),
             "page_config": {
-                "api": f"{API_PREFIX}/runs/{run.run_id}",
+                "api": RUN_PATH.format(run_id=run.run_id),
                 "runId": run.run_id,
                 "status": row["status"],
                 "gpus": row["gpus"],

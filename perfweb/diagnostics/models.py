@@ -46,7 +46,7 @@ class Finding(models.Model):
     gain_basis = models.TextField(blank=True)
     measured_gain = models.FloatField(null=True, blank=True)  # from a verifying job
     evidence = models.JSONField(default=list, blank=True)  # [{label, value, unit, source}]
-    fix = models.JSONField(default=dict, blank=True)  # {text, snippet, knob}
+    fix = models.JSONField(default=dict, blank=True)  # {text, snippet, knob, knobs}
     doc = models.TextField(blank=True)  # the rule's What / Why / Fix
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

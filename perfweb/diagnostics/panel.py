@@ -8,9 +8,11 @@ from typing import Any
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
-from agent.protocol import API_PREFIX
+from contract.api import RUN_FINDINGS_PATH
+from contract.knobs import format_knobs
 from perfweb.dashboard.panels import Panel
 from perfweb.diagnostics import selectors
+from perfweb.diagnostics.fix_knobs import fix_knobs
 from perfweb.diagnostics.formatting import format_value, pct
 from perfweb.diagnostics.models import Finding, RunDiagnosis
 from perfweb.diagnostics.workload import run_workload_coverage
@@ -37,7 +39,7 @@ def findings_panel(*, run: Run, user: Any) -> Panel:
         template="diagnostics/_findings.html",
         context={
             "run_id": run.run_id,
-            "api": f"{API_PREFIX}/runs/{run.run_id}/findings",
+            "api": RUN_FINDINGS_PATH.format(run_id=run.run_id),
             "live": _live(run=run, state=state),
             "diagnosed_ts": _timestamp(state),
             "findings": [
@@ -81,7 +83,7 @@ def finding_view(*, finding: Finding, verification: dict[str, Any] | None) -> di
         "evidence": [_evidence_row(item) for item in finding.evidence],
         "fix_text": fix.get("text", ""),
         "snippet": fix.get("snippet", ""),
-        "knob": fix.get("knob") or "",
+        "knob": format_knobs(fix_knobs(fix)),  # the value the button queues
         "doc": finding.doc,
         "doc_html": doc_html(finding.doc),
         "verification": _verification(verification),

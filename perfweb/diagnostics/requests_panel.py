@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent.protocol import API_PREFIX
+from contract.api import RUN_WORKLOAD_PATH
 from perfweb.dashboard.panels import Panel
 from perfweb.diagnostics.formatting import format_value
 from perfweb.diagnostics.workload import run_request_stats
@@ -35,7 +35,7 @@ def requests_panel(*, run: Run, user: Any) -> Panel | None:
     return Panel(
         template="diagnostics/_requests.html",
         context={
-            "api": f"{API_PREFIX}/runs/{run.run_id}/workload",
+            "api": RUN_WORKLOAD_PATH.format(run_id=run.run_id),
             "live": run.status == Run.RUNNING,
             "numbers": numbers,
             "partial": stats is not None and stats.requests < total,

@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from agent import protocol
+from contract import protocol
 from perfweb.runs.fields import Invalid, integer, obj, string, unix_time
 
 NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")

@@ -9,8 +9,9 @@ from typing import Any
 from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
 
-from agent.protocol import API_PREFIX
+from contract.api import RUN_TRACE_PATH
 from perfweb.diagnostics import conf
+from perfweb.diagnostics.fix_knobs import fix_knobs
 from perfweb.diagnostics.models import Finding, RunDiagnosis, Trace
 from perfweb.diagnostics.summaries import summary_is_current
 from perfweb.diagnostics.workload import run_workload_coverage
@@ -58,7 +59,7 @@ def finding_for_run(*, run: Run, rule_id: str | None = None) -> RuleFinding | No
             )
             for item in top.evidence
         ],
-        fix=Fix(text=fix.get("text", ""), snippet=fix.get("snippet", ""), knob=fix.get("knob")),
+        fix=Fix(text=fix.get("text", ""), snippet=fix.get("snippet", ""), knobs=fix_knobs(fix)),
         doc=top.doc,
         measured_gain=top.measured_gain,
     )
@@ -102,7 +103,7 @@ def trace_get(*, run: Run, trace_id: int) -> Trace | None:
 
 
 def trace_download_url(*, run: Run, trace: Trace) -> str:
-    return f"{API_PREFIX}/runs/{run.run_id}/traces/{trace.id}"
+    return RUN_TRACE_PATH.format(run_id=run.run_id, trace_id=trace.id)
 
 
 def trace_tables_of(trace: Trace) -> dict[str, Any] | None:

@@ -15,7 +15,7 @@ from typing import Any
 
 from django.db.models import Max
 
-from agent.protocol import STEP_DURATION
+from contract.protocol import STEP_DURATION
 from perfweb.diagnostics.evidence import STEP_POINTS, stored_steps
 from perfweb.diagnostics.models import Trace
 from perfweb.runs.models import Run

@@ -12,7 +12,7 @@ import numpy as np
 from django.db.models import Count
 from django.utils import timezone
 
-from agent.protocol import STEP_DATA_WAIT, STEP_DURATION
+from contract.protocol import STEP_DATA_WAIT, STEP_DURATION
 from perfweb.diagnostics.models import Finding
 from perfweb.projects.models import Project
 from perfweb.runs.models import Run

@@ -13,7 +13,8 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from perfweb.api.auth import bearer_project, runs_required
+from perfweb.api.auth import bearer_project
+from perfweb.api.endpoint import READER, endpoint
 from perfweb.api.http import error_response, json_response
 from perfweb.fleet import conf, services
 from perfweb.fleet.exporter import exposition
@@ -53,8 +54,7 @@ def _query(request: HttpRequest, runs: QuerySet[Run]) -> tuple[QuerySet[Run], st
     return runs, window, tag
 
 
-@require_GET
-@runs_required
+@endpoint("GET", auth=READER)
 def waste_api(request: HttpRequest, *, runs: QuerySet[Run]) -> HttpResponse:
     try:
         runs, window, tag = _query(request, runs)

@@ -1,6 +1,6 @@
 """Optimisation jobs: measure a fix A/B on the host where the run ran.
 
-A job is a run plus knob settings from the closed list (agent/knobs.py), never a command: the
+A job is a run plus knob settings from the closed list (contract/knobs.py), never a command: the
 runner runs the command an agent recorded on its own host. Claims expire, so a runner that
 dies leaves a job that the sweep marks failed rather than one stuck "running".
 """
@@ -10,7 +10,8 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
-from agent.abstats import AGREEMENT_RTOL, AGREEMENT_TOP1_MIN, VERDICT_LABELS
+from agent.abstats import AGREEMENT_RTOL, AGREEMENT_TOP1_MIN
+from contract.verdicts import VERDICT_LABELS
 from perfweb.projects.models import Project
 from perfweb.runs.models import Run
 

@@ -8,10 +8,10 @@ from typing import Any
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import QuerySet
 
-from agent.abstats import CHANGES_RESULTS, before_after_rows
-from agent.knobs import KNOBS
+from agent.abstats import before_after_rows
+from contract.verdicts import CHANGES_RESULTS
 from perfweb.jobs.models import FixVerification, Job
-from perfweb.jobs.services import changes_results_reason, claim_ttl, finding_knob
+from perfweb.jobs.services import changes_results_reason, claim_ttl
 from perfweb.runs.models import Run
 
 
@@ -150,36 +150,3 @@ def verified_gains_for_run(*, run: Run) -> dict[str, float]:
         for finding_id, v in fix_verifications_for_run(run=run).items()
         if v.status != FixVerification.INCONCLUSIVE
     }
-
-
-def suggested_knobs(
-    *, finding_id: str, knob_text: str = "", facts: dict | None = None, run: Run | None = None
-) -> dict:
-    """Concrete knob settings for a finding's fix (`num_workers=N` gets an N from the facts)."""
-    name = finding_knob(finding_id=finding_id, run=run)
-    if name is None:
-        return {}
-    _, _, raw = (knob_text or "").partition("=")
-    knob = KNOBS[name]
-    try:
-        return {name: knob.parse(raw)}
-    except ValueError:
-        pass
-    facts = facts or {}
-    cores = _int_fact(facts, "host.usable_cores", "host.cpu_count") or 4
-    defaults = {
-        "num_workers": max(1, min(cores - 1, 8)),
-        "threads": max(1, cores),
-        "batch_size": 2 * (_int_fact(facts, "dataloader.0.batch_size") or 32),
-    }
-    if knob.kind == "int":
-        return {name: defaults.get(name, 1)}
-    return {name: True if knob.kind == "bool" else knob.choices[0]}
-
-
-def _int_fact(facts: dict, *names: str) -> int | None:
-    for name in names:
-        value = facts.get(name)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
-    return None

@@ -6,7 +6,7 @@ a job can write to it, and a runner whose claim expired (or a job cancelled mean
 write a result. Claims are only for a host that an agent of the project recorded. The
 result is never taken from the runner: speed-up, interval and verdict are recomputed here
 from the stored per-round arms with the A/B engine's own function (agent/abstats.py).
-Knob settings are checked against the closed list of agent/knobs.py here and again on the
+Knob settings are checked against the closed list of contract/knobs.py here and again on the
 runner. docs/security.md has the threat model.
 """
 
@@ -29,10 +29,6 @@ from django.utils import timezone
 from agent.abstats import (
     AGREEMENT_RTOL,
     AGREEMENT_TOP1_MIN,
-    CHANGES_RESULTS,
-    FASTER,
-    INCONCLUSIVE,
-    VERDICT_LABELS,
     Comparison,
     changed_results_note,
     compare,
@@ -41,7 +37,8 @@ from agent.abstats import (
     stop_of,
     stop_sentence,
 )
-from agent.knobs import FINDING_KNOBS, KNOBS, KnobError, validate_knobs
+from contract.knobs import FINDING_KNOBS, KNOBS, KnobError, validate_knobs
+from contract.verdicts import CHANGES_RESULTS, FASTER, INCONCLUSIVE, VERDICT_LABELS
 from perfweb.jobs.models import FixVerification, Job, JobArm
 from perfweb.jobs.signals import fix_verification_changed
 from perfweb.projects.models import Membership, Project

@@ -16,9 +16,10 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from agent.abstats import AGREEMENT_RTOL, AGREEMENT_TOP1_MIN
-from agent.knobs import KNOBS, KnobError, parse_knobs, whole_number
+from contract.knobs import KNOBS, KnobError, parse_knobs, whole_number
 from perfweb.api.http import BadRequest, json_response, read_json
 from perfweb.dashboard import assets
+from perfweb.diagnostics.fix_knobs import finding_knobs
 from perfweb.jobs import selectors, services
 from perfweb.runs.selectors import run_get_for_user
 
@@ -26,7 +27,8 @@ from perfweb.runs.selectors import run_get_for_user
 @require_http_methods(["GET", "POST"])
 @login_required
 def run_jobs(request: HttpRequest, run_id: str) -> HttpResponse:
-    """GET: the run's jobs and a form; POST: "Try this fix" (finding + knob) or any knob."""
+    """GET: the run's jobs and a form; POST: "Try this fix" (finding + the knob it shows, or
+    the finding alone: its stored value) or any knob."""
     run = run_get_for_user(user=request.user, run_id=run_id)
     if run is None:
         raise Http404("No such run in your projects.")
@@ -34,10 +36,10 @@ def run_jobs(request: HttpRequest, run_id: str) -> HttpResponse:
         finding_id = request.POST.get("finding_id", "").strip()
         knob_text = request.POST.get("knob", "").strip()
         try:
-            if finding_id:
-                knobs = selectors.suggested_knobs(
-                    finding_id=finding_id, knob_text=knob_text, facts=run.facts, run=run
-                )
+            if finding_id and not knob_text:
+                knobs = finding_knobs(run=run, rule_id=finding_id)
+                if not knobs:
+                    raise services.JobError(f"this run's finding {finding_id} has no knob value")
             else:
                 knobs = parse_knobs(knob_text)
             job = services.job_create(
@@ -82,10 +84,10 @@ def run_jobs_json(request: HttpRequest, run_id: str) -> HttpResponse:
         knob_text = _json_text(body, "knob")
         if "knobs" in body:
             knobs = body["knobs"]
-        elif finding_id:
-            knobs = selectors.suggested_knobs(
-                finding_id=finding_id, knob_text=knob_text, facts=run.facts, run=run
-            )
+        elif finding_id and not knob_text:
+            knobs = finding_knobs(run=run, rule_id=finding_id)
+            if not knobs:
+                raise services.JobError(f"this run's finding {finding_id} has no knob value")
         else:
             knobs = parse_knobs(knob_text)
         sizes = {name: body.get(name, default) for name, default in JSON_DEFAULTS.items()}

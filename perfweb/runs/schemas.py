@@ -9,7 +9,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from agent import protocol
+from contract import protocol
 from perfweb.runs.fields import (
     LATEST_TIME,
     Invalid,

@@ -14,7 +14,7 @@ from typing import Any
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import QuerySet
 
-from agent import protocol
+from contract import protocol
 from perfweb.projects.models import Project
 from perfweb.runs.models import Run
 

@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from agent import protocol
+from contract import protocol
 from perfweb.projects.models import Project
 from perfweb.runs.models import Device, Run, RunProcess
 from perfweb.runs.schemas import DeviceInfo, FinishRequest, StartRequest

@@ -19,7 +19,7 @@ from django.db import connection
 from django.db.models import Max, Min, Sum
 from tsdownsample import MinMaxLTTBDownsampler
 
-from agent.protocol import METRICS
+from contract.protocol import METRICS
 from perfweb.runs.models import Run
 from perfweb.series import codec
 from perfweb.series.models import Chunk, Series

@@ -7,10 +7,11 @@ FIXES.md. Its docstring has three paragraphs, What / Why / Fix, shown verbatim i
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from contract.knobs import FINDING_KNOBS, KnobError, KnobValue, format_knobs, validate_knobs
 from recommender.evidence import RunEvidence
 
 RISK_CLASSES = ("data-path", "operator", "distributed", "model", "system")
@@ -82,15 +83,27 @@ class Evidence:
 
 @dataclass(frozen=True)
 class Fix:
-    """What to do: text, a short code snippet, and the knob an optimisation job can apply."""
+    """What to do: text, a short code snippet, and the typed knob settings an optimisation
+    job can apply (`{"num_workers": 3}`; contract.knobs), checked against the catalogue when
+    the rule fires (`finding`). The snippet shows the same value the job applies."""
 
     text: str
     snippet: str = ""
-    knob: str | None = None
+    knobs: Mapping[str, KnobValue] = field(default_factory=dict)
+
+    @property
+    def knob(self) -> str | None:
+        """The knob settings as text (`num_workers=3`), None when the fix has none."""
+        return format_knobs(self.knobs) or None
 
     def as_json(self) -> dict[str, Any]:
-        """JSON form."""
-        return {"text": self.text, "snippet": self.snippet, "knob": self.knob}
+        """JSON form: `knobs` typed, `knob` its text."""
+        return {
+            "text": self.text,
+            "snippet": self.snippet,
+            "knob": self.knob,
+            "knobs": dict(self.knobs),
+        }
 
 
 @dataclass
@@ -198,6 +211,7 @@ def finding(
     `critical` marks a finding that ends, hangs or corrupts the run (gain 0, ranked first).
     """
     registered = REGISTRY[rule_id]
+    fix = checked_fix(rule_id, fix)
     return Finding(
         id=rule_id,
         title=title,
@@ -210,6 +224,19 @@ def finding(
         doc=registered.doc,
         critical=critical,
     )
+
+
+def checked_fix(rule_id: str, fix: Fix) -> Fix:
+    """`fix` with its knob values checked against the catalogue (contract.knobs) and typed;
+    KnobError when a value is off the closed list or out of bounds, or the knob is not the
+    one FIXES.md names for `rule_id` (a faulty rule, which `diagnose` logs and skips)."""
+    if not fix.knobs:
+        return fix
+    knobs = validate_knobs(fix.knobs)
+    for name in knobs:
+        if FINDING_KNOBS.get(rule_id) != name:
+            raise KnobError(f"rule {rule_id}: knob {name} is not the knob of this finding")
+    return replace(fix, knobs=knobs)
 
 
 def rank_tier(found: Finding) -> int:

@@ -104,7 +104,7 @@ def _threads_fix(budget: CoreBudget, target: int) -> Fix:
         text=f"Use {target} intra-op thread(s) per process{workers}: "
         f"{budget.ranks} x ({target} + {budget.workers_target}) threads on {budget.cores} cores.",
         snippet=f"OMP_NUM_THREADS={target} python train.py\n# or: torch.set_num_threads({target})",
-        knob=f"threads={target}",
+        knobs={"threads": target},
     )
 
 
@@ -151,7 +151,7 @@ def cpu_bound(evidence: RunEvidence) -> Finding | None:
 
 HOST_BUSY_PCT = 85.0  # host-wide CPU (% of all cores) at or above this counts as busy
 STARVED_SHARE = 0.6  # the job getting at most this share of the cores its threads ask
-HOST_DEVICE = "host"  # host-wide series (agent.protocol): every process on the host
+HOST_DEVICE = "host"  # host-wide series (contract.protocol): every process on the host
 LOOP_BUSY_MIN = 0.25  # a loop inside its steps/requests less than this share of the time
 # mostly waits for work (a serving loop between requests): it asks for no cores
 

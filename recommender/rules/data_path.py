@@ -86,7 +86,7 @@ def _workers_fix(budget: CoreBudget | None, target: int, workers: int | None) ->
             "vectorised transforms).",
             snippet=f"torch.set_num_threads({budget.intra_target})\n"
             f"DataLoader(dataset, ..., num_workers={target}, persistent_workers=True)",
-            knob=f"num_workers={target}",
+            knobs={"num_workers": target},
         )
     if workers is not None and target <= workers:
         return Fix(
@@ -109,7 +109,7 @@ def _workers_fix(budget: CoreBudget | None, target: int, workers: int | None) ->
         f"epochs{threads}.",
         snippet=f"{snippet_threads}DataLoader(dataset, batch_size=..., num_workers={target},\n"
         f"           persistent_workers=True, prefetch_factor=2)",
-        knob=f"num_workers={target}",
+        knobs={"num_workers": target},
     )
 
 
@@ -151,7 +151,7 @@ def dataloader_pin_memory(evidence: RunEvidence) -> Finding | None:
             text="Pin the batches and copy them asynchronously.",
             snippet="loader = DataLoader(dataset, ..., pin_memory=True)\n"
             "x = x.to(device, non_blocking=True)",
-            knob="pin_memory=true",
+            knobs={"pin_memory": True},
         ),
     )
 
@@ -195,7 +195,7 @@ def dataloader_persistent_workers(evidence: RunEvidence) -> Finding | None:
         fix=Fix(
             text="Keep the workers alive between epochs.",
             snippet="DataLoader(dataset, ..., num_workers=N, persistent_workers=True)",
-            knob="persistent_workers=true",
+            knobs={"persistent_workers": True},
         ),
     )
 
@@ -339,7 +339,7 @@ def memory_empty_cache_in_loop(evidence: RunEvidence) -> Finding | None:
         fix=Fix(
             text="Delete torch.cuda.empty_cache() from the training loop.",
             snippet="for batch in loader:\n    ...\n    # torch.cuda.empty_cache()  # remove",
-            knob="empty_cache=off",
+            knobs={"empty_cache": "off"},
         ),
     )
 
@@ -382,7 +382,7 @@ def memory_fragmentation(evidence: RunEvidence) -> Finding | None:
             fix=Fix(
                 text="Let the allocator grow segments instead of fragmenting them.",
                 snippet="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python train.py",
-                knob="expandable_segments=true",
+                knobs={"expandable_segments": True},
             ),
         )
     return None

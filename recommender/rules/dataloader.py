@@ -49,6 +49,6 @@ def dataloader_too_many_workers(evidence: RunEvidence) -> Finding | None:
             f"on {budget.cores} cores.",
             snippet=f"DataLoader(dataset, ..., num_workers={target}, persistent_workers=True)\n"
             f"torch.set_num_threads({budget.intra_target})",
-            knob=f"num_workers={target}",
+            knobs={"num_workers": target},
         ),
     )

@@ -75,6 +75,6 @@ def fusion_elementwise(evidence: RunEvidence) -> Finding | None:
                 if kv_cache
                 else "# fused norms/activations: the model's fused-kernel options"
             ),
-            knob="compile=default",
+            knobs={"compile": "default"},
         ),
     )

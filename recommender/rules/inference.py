@@ -305,7 +305,7 @@ def inference_autograd_enabled(evidence: RunEvidence) -> Finding | None:
         fix=Fix(
             text="Serve under torch.inference_mode(); outputs are unchanged.",
             snippet="model.eval()\nwith torch.inference_mode():\n    output = model(batch)",
-            knob="inference_mode=true",
+            knobs={"inference_mode": True},
         ),
     )
 
@@ -379,6 +379,6 @@ def inference_channels_last(evidence: RunEvidence) -> Finding | None:
             text="Convert the model and its inputs to channels_last; check output agreement.",
             snippet="model = model.to(memory_format=torch.channels_last)\n"
             "batch = batch.contiguous(memory_format=torch.channels_last)",
-            knob="channels_last=true",
+            knobs={"channels_last": True},
         ),
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contract.knobs import KNOBS
 from recommender.evidence import RunEvidence
 from recommender.rules.base import Evidence, Finding, Fix, finding, rule
 
@@ -9,6 +10,7 @@ LOW_UTILIZATION_PCT = 50.0  # GPU utilisation below this leaves room for a large
 MEMORY_HEADROOM_MAX = 0.5  # peak memory / device memory below this leaves room
 OOM_RISK_SHARE = 0.9  # peak memory / device memory above this risks OOM
 LARGER_BATCH_RECOVERABLE = 0.3  # share of the GPU's idle time a 2x batch recovers (prior)
+BATCH_SIZE_MAX = KNOBS["batch_size"].maximum  # samples: the most the knob may set
 
 
 def _memory_total(evidence: RunEvidence) -> float | None:
@@ -53,11 +55,26 @@ def batch_increase(evidence: RunEvidence) -> Finding | None:
             Evidence("GPU utilisation (median)", util, "%", "metrics"),
             Evidence("peak memory / device memory", headroom, "fraction", "metrics"),
         ],
-        fix=Fix(
-            text="Double the batch size while memory allows; scale the learning rate.",
+        fix=_larger_batch_fix(evidence),
+    )
+
+
+def _larger_batch_fix(evidence: RunEvidence) -> Fix:
+    """Twice the DataLoader's recorded batch size; without one there is no value to try."""
+    sizes = [d.get("batch_size") for d in evidence.dataloaders()]
+    batch = next((b for b in sizes if isinstance(b, int) and not isinstance(b, bool)), None)
+    if batch is None or batch < 1:
+        return Fix(
+            text="Double the batch size while memory allows; scale the learning rate. (The "
+            "run recorded no DataLoader batch size, so there is no value to measure as a job.)",
             snippet="DataLoader(dataset, batch_size=2 * batch_size, ...)",
-            knob="batch_size=N",
-        ),
+        )
+    target = min(2 * batch, BATCH_SIZE_MAX)
+    return Fix(
+        text=f"Double the batch size from {batch} to {target} while memory allows; scale the "
+        "learning rate.",
+        snippet=f"DataLoader(dataset, batch_size={target}, ...)  # was {batch}",
+        knobs={"batch_size": target},
     )
 
 

@@ -106,7 +106,7 @@ def model_quantization(evidence: RunEvidence) -> Finding | None:
             "outputs; verify agreement on held-out inputs before deploying.",
             snippet="model = torch.ao.quantization.quantize_dynamic(\n"
             "    model, {torch.nn.Linear}, dtype=torch.qint8\n)",
-            knob="quantize=dynamic" if on_cpu else None,
+            knobs={"quantize": "dynamic"} if on_cpu else {},
         ),
     )
 

@@ -185,7 +185,7 @@ def _gpu_compile_fix() -> Fix:
     return Fix(
         text="Fuse the small operators and cut per-launch cost, or give each one more work.",
         snippet='model = torch.compile(model, mode="reduce-overhead")\n# or: a larger batch_size',
-        knob="compile=reduce-overhead",
+        knobs={"compile": "reduce-overhead"},
     )
 
 
@@ -208,7 +208,7 @@ def _cpu_fix() -> Fix:
         "exist on a CPU), give each operator more work with a larger batch, or use fewer, "
         "larger tensor operations instead of many tiny ones.",
         snippet="model = torch.compile(model)  # default mode\n# or: a larger batch_size",
-        knob="compile=default",
+        knobs={"compile": "default"},
     )
 
 
@@ -260,7 +260,7 @@ def precision_amp(evidence: RunEvidence) -> Finding | None:
                 text="Run the forward pass under autocast (bf16 needs no GradScaler).",
                 snippet='with torch.autocast("cuda", dtype=torch.bfloat16):\n'
                 "    loss = model(x).loss",
-                knob="amp=bf16",
+                knobs={"amp": "bf16"},
             ),
         )
     return _fp32_gpu_inference(evidence, capability)
@@ -296,7 +296,7 @@ def _fp32_gpu_inference(evidence: RunEvidence, capability: tuple[int, int]) -> F
             "agreement before deploying.",
             snippet=f'with torch.inference_mode(), torch.autocast("cuda", dtype=torch.{dtype}):\n'
             "    output = model(batch)",
-            knob="amp=bf16" if bf16 else None,
+            knobs={"amp": "bf16"} if bf16 else {},
         ),
     )
 
@@ -331,7 +331,7 @@ def precision_tf32(evidence: RunEvidence) -> Finding | None:
         fix=Fix(
             text="Allow TF32 tensor cores for fp32 matmuls.",
             snippet='torch.set_float32_matmul_precision("high")',
-            knob="tf32=true",
+            knobs={"tf32": True},
         ),
     )
 
@@ -415,7 +415,7 @@ def cudnn_benchmark(evidence: RunEvidence) -> Finding | None:
             fix=Fix(
                 text="Let cuDNN benchmark its convolution algorithms once per input shape.",
                 snippet="torch.backends.cudnn.benchmark = True",
-                knob="cudnn_benchmark=true",
+                knobs={"cudnn_benchmark": True},
             ),
         )
     return _fixed_shape_conv_inference(evidence)
@@ -446,7 +446,7 @@ def _fixed_shape_conv_inference(evidence: RunEvidence) -> Finding | None:
         fix=Fix(
             text="Let cuDNN benchmark its convolution algorithms once for the fixed shape.",
             snippet="torch.backends.cudnn.benchmark = True",
-            knob="cudnn_benchmark=true",
+            knobs={"cudnn_benchmark": True},
         ),
     )
 

@@ -148,6 +148,6 @@ def inference_compile_runtime(evidence: RunEvidence) -> Finding | None:
         fix=Fix(
             text="Compile the model (check accuracy before deploying).",
             snippet='model = torch.compile(model)  # mode="max-autotune": longer compile, faster',
-            knob="compile=default",  # what "Try this fix" measures, with output agreement
+            knobs={"compile": "default"},  # what "Try this fix" measures, with output agreement
         ),
     )

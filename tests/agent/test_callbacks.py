@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from agent import protocol
+from contract import protocol
 from tests.agent.conftest import ROOT, attach, online, write_script
 from tests.agent.fakeserver import FakeServer
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from agent import protocol
 from agent.config import load_settings, settings_env
 from agent.doctor import doctor, server_lines
 from agent.process import ProcessCollector, ProcfsSource, PsutilSource
+from contract import protocol
 from tests.agent.conftest import ROOT, attach, online, write_script
 from tests.agent.fakeserver import TOKEN, FakeServer
 from tests.agent.nvml_fixtures import H100_LOAD, RecordedNvml

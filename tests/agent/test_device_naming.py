@@ -6,7 +6,7 @@ import pytest
 
 from agent.nvml import NvmlCollector
 from agent.process import ProcessCollector
-from agent.protocol import DeviceNaming
+from contract.protocol import DeviceNaming
 from tests.agent.nvml_fixtures import H100_LOAD, RecordedNvml
 from tests.agent.test_collectors_and_settings import FakeSource
 

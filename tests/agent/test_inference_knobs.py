@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from agent import knobs
-from agent.knobs import KnobError
+from contract import knobs as catalogue
+from contract.knobs import KnobError
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -91,15 +91,15 @@ def _probe(knob_text: str, kind: str = "mlp", mode: str = "eval") -> dict:
 
 
 def test_it_accepts_the_inference_knobs_and_nothing_beside_their_closed_values() -> None:
-    settings = knobs.parse_knobs("inference_mode=true,quantize=dynamic,channels_last=1")
+    settings = catalogue.parse_knobs("inference_mode=true,quantize=dynamic,channels_last=1")
     assert settings == {"inference_mode": True, "quantize": "dynamic", "channels_last": True}
-    assert knobs.parse_knobs("compile=default") == {"compile": "default"}
+    assert catalogue.parse_knobs("compile=default") == {"compile": "default"}
     for bad in ("quantize=static", "quantize=int4", "inference_mode=maybe", "channels_last=2"):
         with pytest.raises(KnobError):
-            knobs.parse_knob(bad)
-    assert knobs.FINDING_KNOBS["model.quantization"] == "quantize"
-    assert knobs.FINDING_KNOBS["inference.autograd_enabled"] == "inference_mode"
-    assert knobs.FINDING_KNOBS["inference.channels_last"] == "channels_last"
+            catalogue.parse_knob(bad)
+    assert catalogue.FINDING_KNOBS["model.quantization"] == "quantize"
+    assert catalogue.FINDING_KNOBS["inference.autograd_enabled"] == "inference_mode"
+    assert catalogue.FINDING_KNOBS["inference.channels_last"] == "channels_last"
 
 
 def test_it_quantizes_the_linear_layers_and_the_outputs_agree_with_fp32() -> None:

@@ -8,7 +8,7 @@ import struct
 
 import pytest
 
-from agent import protocol
+from contract import protocol
 
 
 @pytest.mark.parametrize(

@@ -15,11 +15,11 @@ import pytest
 import torch
 
 import agent
-from agent import protocol
 from agent.buffer import FactBuffer, SampleBuffer
 from agent.log import _said as said_once
 from agent.log import log as agent_log
 from agent.scalars import FACT_DROPPED, ScriptSignals
+from contract import protocol
 from tests.agent.conftest import ROOT, write_script
 from tests.agent.fakeserver import TOKEN, FakeServer
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.knobs import KNOBS
 from bench.gpu.expectations import AB_PAIRS, BY_WORKLOAD, EXPECTATIONS
+from contract.knobs import KNOBS
 from recommender.rules import REGISTRY
 
 EXPECTED_IDS = sorted({e.finding for e in EXPECTATIONS if e.finding})

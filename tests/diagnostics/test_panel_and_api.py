@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -50,6 +51,24 @@ def test_it_shows_the_ranked_fixes_to_the_owner(diagnosed: Run, owner: Any) -> N
     assert "<code>num_workers=0</code>" in html and "`num_workers" not in html  # backticks
     assert f'action="/runs/{RUN_ID}/jobs/"' in html  # "Try this fix" (num_workers has a knob)
     assert 'name="finding_id" value="dataloader.num_workers"' in html
+
+
+def test_the_try_this_fix_button_its_snippet_and_its_job_carry_one_value(
+    diagnosed: Run, owner: Any
+) -> None:
+    browser = logged_in(owner)
+    html = browser.get(PAGE).content.decode()
+    card = html[html.index('data-finding="dataloader.num_workers"') :]
+    card = card[: card.index("</form>")]
+    shown = re.search(r'name="knob" value="num_workers=(\d+)"', card)
+    assert shown is not None, card
+    workers = int(shown.group(1))
+    assert f"num_workers={workers}," in card  # the snippet says the number the button posts
+    stored = diagnosed.findings.get(rule_id="dataloader.num_workers").fix
+    assert stored["knobs"] == {"num_workers": workers}
+    form = {"finding_id": "dataloader.num_workers", "knob": f"num_workers={workers}"}
+    assert browser.post(f"/runs/{RUN_ID}/jobs/", form).status_code == 302
+    assert Job.objects.get().knobs == {"num_workers": workers}
 
 
 def test_it_shows_them_to_a_teammate(diagnosed: Run, teammate: Any) -> None:

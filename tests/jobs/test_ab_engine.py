@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from agent.ab import BASELINE, CANDIDATE, AbCancelled, AbError, AbPlan, read_step_durations, run_ab
-from agent.abstats import INCONCLUSIVE, STOP_DECIDED, STOP_ROUND_LIMIT, STOP_TIME_LIMIT
+from agent.abstats import STOP_DECIDED, STOP_ROUND_LIMIT, STOP_TIME_LIMIT
+from contract.verdicts import INCONCLUSIVE
 
 FAKE = [sys.executable, str(Path(__file__).with_name("fake_attach.py"))]
 

@@ -7,20 +7,16 @@ import random
 import pytest
 
 from agent.abstats import (
-    FASTER,
-    INCONCLUSIVE,
-    NO_DIFFERENCE,
-    SLOWER,
     STOP_DECIDED,
     STOP_ROUND_LIMIT,
     STOP_TIME_LIMIT,
-    VERDICT_LABELS,
     Round,
     compare,
     loss_parity,
     stop_of,
     verdict_of,
 )
+from contract.verdicts import FASTER, INCONCLUSIVE, NO_DIFFERENCE, SLOWER, VERDICT_LABELS
 
 
 def _rounds(base: float, cand: float, *, jitter: float = 0.03, n: int = 5, seed: int = 1):

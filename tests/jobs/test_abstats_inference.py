@@ -9,15 +9,9 @@ import random
 import pytest
 
 from agent.abstats import (
-    CHANGES_RESULTS,
-    FASTER,
-    INCONCLUSIVE,
     INFERENCE,
-    SLOWER,
     TRAINING,
     UNKNOWN_KIND,
-    VERDICT_LABELS,
-    VERDICTS,
     LossParity,
     OutputAgreement,
     Round,
@@ -29,6 +23,14 @@ from agent.abstats import (
     output_agreement,
     paired_round,
     round_from_arms,
+)
+from contract.verdicts import (
+    CHANGES_RESULTS,
+    FASTER,
+    INCONCLUSIVE,
+    SLOWER,
+    VERDICT_LABELS,
+    VERDICTS,
 )
 
 SAME = {"samples": 20, "top1_agreement": 1.0, "max_abs_diff": 0.0, "mean_abs_diff": 0.0,

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from agent.abstats import CHANGES_RESULTS
+from contract.verdicts import CHANGES_RESULTS
 from perfweb.alerts.why import as_payload
 from perfweb.diagnostics.models import Finding
 from perfweb.diagnostics.selectors import finding_for_run

@@ -10,13 +10,11 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
+from perfweb.diagnostics.fix_knobs import fix_knobs
+from perfweb.diagnostics.models import Finding
 from perfweb.jobs import services
 from perfweb.jobs.models import FixVerification, Job, JobArm
-from perfweb.jobs.selectors import (
-    measured_gains_for_run,
-    suggested_knobs,
-    verified_gains_for_run,
-)
+from perfweb.jobs.selectors import measured_gains_for_run, verified_gains_for_run
 
 # What a forger posts: the server must never take these numbers.
 FORGED = {
@@ -283,20 +281,37 @@ def test_an_expired_claim_fails_the_job_with_the_reason(owner: Any, run: Any, to
     assert job.status == Job.FAILED and "claim expired" in job.error
 
 
-def test_try_this_fix_queues_a_job_with_a_concrete_value(owner: Any, run: Any) -> None:
+def test_try_this_fix_queues_the_value_of_the_runs_finding(owner: Any, run: Any) -> None:
+    Finding.objects.create(
+        run=run, rule_id="dataloader.num_workers", rank=1, score=0.5, title="t", risk="data-path",
+        confidence=0.9, estimated_gain=0.5,
+        fix={"text": "t", "snippet": "num_workers=5", "knob": "num_workers=5",
+             "knobs": {"num_workers": 5}},
+    )  # fmt: skip
     browser = Client()
     browser.force_login(owner)
-    reply = browser.post(
-        f"/runs/{run.run_id}/jobs/",
-        {"finding_id": "dataloader.num_workers", "knob": "num_workers=N"},
-    )
+    reply = browser.post(f"/runs/{run.run_id}/jobs/", {"finding_id": "dataloader.num_workers"})
     job = Job.objects.get()
     assert reply.status_code == 302 and reply["Location"] == f"/jobs/{job.id}/"
-    assert job.knobs == {"num_workers": 3}  # cores - 1 from the run's facts
+    assert job.knobs == {"num_workers": 5}  # the rule's value, not a formula of the server's
     page = browser.get(f"/jobs/{job.id}/")
     assert page.status_code == 200 and b"rounds-chart" in page.content
     state = browser.get(f"/jobs/{job.id}.json").json()
     assert state["status"] == "queued" and state["progress"]["total"] == 10
+
+
+def test_try_this_fix_without_a_value_queues_nothing_and_says_why(owner: Any, run: Any) -> None:
+    browser = Client()
+    browser.force_login(owner)
+    for fields in (
+        {"finding_id": "dataloader.num_workers"},  # no such finding on this run
+        {"finding_id": "dataloader.num_workers", "knob": "num_workers=N"},
+    ):
+        reply = browser.post(f"/runs/{run.run_id}/jobs/", fields, follow=True)
+        assert reply.status_code == 200
+    assert Job.objects.count() == 0
+    text = reply.content.decode()
+    assert "no knob value" in text or "not a whole number" in text
 
 
 def test_an_outsider_sees_no_job_and_cannot_start_one(owner: Any, outsider: Any, run: Any):
@@ -309,14 +324,12 @@ def test_an_outsider_sees_no_job_and_cannot_start_one(owner: Any, outsider: Any,
     assert Job.objects.count() == 1
 
 
-def test_suggested_knobs_keep_explicit_values() -> None:
-    assert suggested_knobs(finding_id="dataloader.num_workers", knob_text="num_workers=6") == {
-        "num_workers": 6
-    }
-    assert suggested_knobs(finding_id="dataloader.pin_memory", knob_text="pin_memory=true") == {
-        "pin_memory": True
-    }
-    assert suggested_knobs(finding_id="distributed.backend") == {}
+def test_a_stored_fix_gives_its_typed_knob_values_checked_again() -> None:
+    assert fix_knobs({"knob": "num_workers=6", "knobs": {"num_workers": 6}}) == {"num_workers": 6}
+    assert fix_knobs({"knob": "pin_memory=true"}) == {"pin_memory": True}  # stored before knobs
+    assert fix_knobs({"knob": "batch_size=N"}) == {}  # no concrete value to try
+    assert fix_knobs({"knobs": {"num_workers": 9999}}) == {}  # off the catalogue
+    assert fix_knobs({"text": "no knob"}) == {} and fix_knobs(None) == {}
 
 
 def test_the_run_page_shows_the_jobs_panel(owner: Any, run: Any) -> None:

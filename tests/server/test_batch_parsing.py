@@ -10,7 +10,7 @@ import numpy as np
 import orjson
 import pytest
 
-from agent.protocol import pack_floats
+from contract.protocol import pack_floats
 from perfweb.runs.fields import Invalid
 from perfweb.runs.schemas import BatchRequest, parse_batch, parse_batch_json
 

@@ -33,8 +33,8 @@ from django.test import Client
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agent import protocol
 from agent.traces import chunk_bodies
+from contract import protocol
 
 from .agent_client import direct_client
 from .snapshot import stored_state

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from agent import protocol
+from contract import protocol
 from perfweb.runs.models import Run, RunProcess
 
 from .agent_client import AGENT_ID, RUN_ID, Agent, batch_body, start_body

@@ -14,8 +14,8 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from agent import protocol
-from agent.protocol import pack_floats as packed
+from contract import protocol
+from contract.protocol import pack_floats as packed
 from perfweb.projects.models import IngestToken
 from perfweb.projects.services import token_revoke
 from perfweb.runs.models import BatchReceipt, Device, Run, RunProcess

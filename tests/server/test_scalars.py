@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from agent import protocol
-from agent.protocol import pack_floats
+from contract import protocol
+from contract.protocol import pack_floats
 from perfweb.runs.models import BatchReceipt, Run
 from perfweb.series.models import Series
 

@@ -1,4 +1,4 @@
-"""The wire protocol's shared constants (see docs/protocol.md).
+"""The wire protocol's shared constants (see docs/protocol.md); its paths are contract.api.
 
 Both sides import this module: the agent to build requests, the server to validate them.
 It must stay dependency-free: it is loaded inside the user's training process.
@@ -15,12 +15,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-API_PREFIX = "/api/v1"
-START_PATH = f"{API_PREFIX}/ingest/start"
-BATCH_PATH = f"{API_PREFIX}/ingest/batch"
-HEARTBEAT_PATH = f"{API_PREFIX}/ingest/heartbeat"
-FINISH_PATH = f"{API_PREFIX}/ingest/finish"
-TRACE_PATH = f"{API_PREFIX}/ingest/trace"  # chunked profiler-trace upload (docs/protocol.md)
 TRACE_CHUNK_MAX_BYTES = 4 * 1024 * 1024  # gzip bytes per chunk, before base64
 
 MAX_BODY_BYTES = 8 * 1024 * 1024

@@ -1,52 +1,34 @@
 """`POST /api/v1/ingest/trace`, `GET /api/v1/runs/<run_id>/findings`,
 `GET /api/v1/runs/<run_id>/traces/<id>` (the stored file) and
-`GET /api/v1/runs/<run_id>/workload`: parse, call one function, reply (docs/protocol.md)."""
+`GET /api/v1/runs/<run_id>/workload`: parse, call one diagnostics function, reply
+(docs/protocol.md). Routed by perfweb/api/urls.py; errors are mapped by perfweb.api.endpoint."""
 
 from __future__ import annotations
 
 from django.db.models import QuerySet
 from django.http import FileResponse, HttpRequest, HttpResponse
-from django.views.decorators.csrf import csrf_exempt
-from django.views.decorators.http import require_GET, require_POST
 
-from perfweb.api.auth import runs_required, token_required
-from perfweb.api.http import BadRequest, error_response, json_response, read_json
+from perfweb.api.endpoint import READER, TOKEN, endpoint
+from perfweb.api.http import error_response, json_response, read_json
 from perfweb.diagnostics import conf, selectors, services, workload
-from perfweb.diagnostics.quotas import QuotaExceeded
 from perfweb.diagnostics.schemas import parse_trace_chunk
 from perfweb.diagnostics.step_bands import step_bands
-from perfweb.diagnostics.uploads import TRACE_SUFFIX, BadTrace
+from perfweb.diagnostics.uploads import TRACE_SUFFIX
 from perfweb.projects.models import Project
-from perfweb.runs.fields import Invalid
 from perfweb.runs.models import Run
 from perfweb.runs.selectors import agent_commands, run_get
-from perfweb.runs.services import RunNotFound
 
 
-@csrf_exempt
-@require_POST
-@token_required
+@endpoint("POST", auth=TOKEN)
 def trace_upload(request: HttpRequest, *, project: Project) -> HttpResponse:
-    try:
-        chunk = parse_trace_chunk(read_json(request))
-        result = services.trace_chunk_store(project=project, chunk=chunk)
-    except BadRequest as error:
-        return error_response(str(error), error.status)
-    except (Invalid, BadTrace) as error:
-        return error_response(str(error), 400)
-    except (services.TraceTooLarge, QuotaExceeded) as error:
-        return error_response(str(error), 413)
-    except RunNotFound as error:
-        return error_response(f"run {error} was not started in this project", 404)
-    except services.TraceConflict as error:
-        return error_response(str(error), 409)
+    chunk = parse_trace_chunk(read_json(request))
+    result = services.trace_chunk_store(project=project, chunk=chunk)
     run = Run(run_id=chunk.run_id, project=project)
     commands = agent_commands(run=run, agent_id=chunk.agent_id)
     return json_response({"ok": True, "complete": result.complete, "commands": commands})
 
 
-@require_GET
-@runs_required
+@endpoint("GET", auth=READER)
 def run_findings(request: HttpRequest, run_id: str, *, runs: QuerySet[Run]) -> HttpResponse:
     run = run_get(runs=runs, run_id=run_id)
     if run is None:
@@ -54,8 +36,7 @@ def run_findings(request: HttpRequest, run_id: str, *, runs: QuerySet[Run]) -> H
     return json_response(selectors.run_findings_json(run=run))
 
 
-@require_GET
-@runs_required
+@endpoint("GET", auth=READER)
 def trace_download(
     request: HttpRequest, run_id: str, trace_id: int, *, runs: QuerySet[Run]
 ) -> HttpResponse:
@@ -76,8 +57,7 @@ def trace_download(
     return response
 
 
-@require_GET
-@runs_required
+@endpoint("GET", auth=READER)
 def run_step_bands(request: HttpRequest, run_id: str, *, runs: QuerySet[Run]) -> HttpResponse:
     """The run's step times as a rolling median with its p10–p90 band, per rank."""
     run = run_get(runs=runs, run_id=run_id)
@@ -86,8 +66,7 @@ def run_step_bands(request: HttpRequest, run_id: str, *, runs: QuerySet[Run]) ->
     return json_response({"run": run.run_id, "bands": step_bands(run=run)})
 
 
-@require_GET
-@runs_required
+@endpoint("GET", auth=READER)
 def run_workload(request: HttpRequest, run_id: str, *, runs: QuerySet[Run]) -> HttpResponse:
     run = run_get(runs=runs, run_id=run_id)
     if run is None:

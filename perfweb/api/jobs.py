@@ -1,4 +1,5 @@
-"""The runner's endpoints (`/api/v1/jobs/...`, project token): parse, call one service, reply."""
+"""The runner's endpoints (`/api/v1/jobs/...`, project token; docs/jobs.md): parse, call one
+jobs service, reply. Routed by perfweb/api/urls.py; errors are mapped by perfweb.api.endpoint."""
 
 from __future__ import annotations
 
@@ -7,10 +8,8 @@ from functools import wraps
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse
-from django.views.decorators.csrf import csrf_exempt
-from django.views.decorators.http import require_POST
 
-from perfweb.api.auth import token_required
+from perfweb.api.endpoint import TOKEN, endpoint
 from perfweb.api.http import BadRequest, error_response, json_response, read_json
 from perfweb.jobs import services
 from perfweb.jobs.models import Job
@@ -21,29 +20,22 @@ from perfweb.projects.models import Project
 def runner_view(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
     """POST, token auth, JSON object body; the view gets the body, the project (and job)."""
 
-    @csrf_exempt
-    @require_POST
-    @token_required
+    @endpoint("POST", auth=TOKEN)
     @wraps(view)
     def wrapper(request: HttpRequest, *, project: Project, **kwargs: Any) -> HttpResponse:
-        try:
-            body = read_json(request)
-            if not isinstance(body, dict):
-                raise BadRequest("the body must be a JSON object")
-            if "job_id" in kwargs:
-                job = (
-                    Job.objects.select_related("run")
-                    .filter(id=kwargs.pop("job_id"), project=project)
-                    .first()
-                )
-                if job is None:
-                    return error_response("no such job in this project", 404)
-                kwargs["job"] = job
-            return view(body, project=project, **kwargs)
-        except BadRequest as error:
-            return error_response(str(error), error.status)
-        except services.JobError as error:
-            return error_response(str(error), error.status)
+        body = read_json(request)
+        if not isinstance(body, dict):
+            raise BadRequest("the body must be a JSON object")
+        if "job_id" in kwargs:
+            job = (
+                Job.objects.select_related("run")
+                .filter(id=kwargs.pop("job_id"), project=project)
+                .first()
+            )
+            if job is None:
+                return error_response("no such job in this project", 404)
+            kwargs["job"] = job
+        return view(body, project=project, **kwargs)
 
     return wrapper
 
