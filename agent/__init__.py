@@ -22,7 +22,7 @@ import sys
 import threading
 from typing import Any
 
-from agent.log import log as _log
+from agent.logger import log as _log
 
 __all__ = ["attach", "step", "log", "phase", "shutdown", "current"]
 

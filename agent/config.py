@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from agent.log import log
+from agent.logger import log
 from contract import protocol
 
 ENV_OFFLINE = "PERF_AGENT_OFFLINE"

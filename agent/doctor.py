@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from agent import transport
-from agent.log import silence
+from agent.logger import silence
 from agent.nvml import NvmlCollector, Query
 from contract import api
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from agent.buffer import Sample
-from agent.log import say_once
+from agent.logger import say_once
 
 HOST_CPU = "host.cpu_percent"
 HOST_MEMORY_USED = "host.memory_used"

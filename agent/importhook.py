@@ -11,7 +11,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from agent.log import say_once
+from agent.logger import say_once
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agent.importhook import when_imported
-from agent.log import say_once
+from agent.logger import say_once
 from agent.model_facts import model_facts
 from agent.steps import StepTimer
 

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from agent.buffer import Sample
-from agent.log import say_once
+from agent.logger import say_once
 from contract.protocol import DeviceNaming
 
 Query = Callable[..., Any]

@@ -16,7 +16,7 @@ import threading
 from collections import deque
 
 from agent import claims
-from agent.log import say_once
+from agent.logger import say_once
 from contract import layout
 from contract.layout import Envelope
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from agent.buffer import Sample
-from agent.log import say_once
+from agent.logger import say_once
 from contract.protocol import DeviceNaming
 
 

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent import torch_state, traces
-from agent.log import say_once
+from agent.logger import say_once
 from agent.record_scopes import OpenScopes
 from agent.trace_merge import Segment, TraceTooLarge, merge_in_helper
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from agent import claims, traces, transport, upload
 from agent.claims import FolderLock
-from agent.log import log
+from agent.logger import log
 from agent.transport import PostFn
 from contract import api, layout
 

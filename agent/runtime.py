@@ -17,7 +17,7 @@ from agent import importhook, torch_state, transport
 from agent.buffer import Sample
 from agent.config import Settings
 from agent.host import HostCollector, HostSource
-from agent.log import log, say_once
+from agent.logger import log, say_once
 from agent.nvml import NvmlCollector, Query
 from agent.process import ProcessCollector, ProcessSource, child_pids
 from agent.scalars import ScriptSignals

@@ -15,7 +15,7 @@ import re
 import threading
 from typing import Any
 
-from agent.log import say_once
+from agent.logger import say_once
 from contract import protocol
 
 REPLACEMENT = "\ufffd"

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from agent.buffer import FactBuffer, SampleBuffer
-from agent.log import say_once
+from agent.logger import say_once
 from contract import protocol
 
 FACT_DROPPED = "scalars.dropped"

@@ -26,7 +26,7 @@ from agent import sanitize, transport
 from agent.buffer import FactBuffer, SampleBuffer, StepBuffer
 from agent.claims import destination
 from agent.config import Settings
-from agent.log import log, say_once
+from agent.logger import log, say_once
 from agent.outbox import Outbox
 from agent.replay import Replayer
 from agent.transport import PostFn

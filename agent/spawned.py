@@ -19,7 +19,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from agent.log import say_once
+from agent.logger import say_once
 
 MARK = "__perf_agent_wrapped__"
 SPAWN_WRAP = ("torch.multiprocessing.spawn", "_wrap")

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agent.buffer import FactBuffer
-from agent.log import say_once
+from agent.logger import say_once
 from agent.modules import ModuleWatch, leading_dimension
 from agent.steps import StepTimer
 from agent.training_facts import TrainingThreadFacts

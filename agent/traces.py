@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 from agent import transport
-from agent.log import say_once
+from agent.logger import say_once
 from contract import api, layout, protocol
 
 CHUNK_BYTES = protocol.TRACE_CHUNK_MAX_BYTES  # base64 makes it ~5.4 MiB: under the 8 MiB limit

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agent.buffer import FactBuffer
-from agent.log import say_once
+from agent.logger import say_once
 
 CHECK_STEPS = 3  # optimizer steps inspected; a parameter unused in all of them is unused
 MAX_NAMES = 5  # unused parameter names reported (the count is always complete)

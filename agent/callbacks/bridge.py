@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import agent
-from agent.log import say_once
+from agent.logger import say_once
 from contract import protocol
 
 

@@ -178,8 +178,8 @@ def test_a_callback_without_an_agent_does_nothing_and_says_how_to_attach(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     from agent.callbacks.bridge import AgentBridge
-    from agent.log import _said
-    from agent.log import log as agent_log
+    from agent.logger import _said
+    from agent.logger import log as agent_log
 
     _said.discard("callback-without-agent")
     agent_log.addHandler(caplog.handler)

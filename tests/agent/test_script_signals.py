@@ -16,8 +16,8 @@ import torch
 
 import agent
 from agent.buffer import FactBuffer, SampleBuffer
-from agent.log import _said as said_once
-from agent.log import log as agent_log
+from agent.logger import _said as said_once
+from agent.logger import log as agent_log
 from agent.scalars import FACT_DROPPED, ScriptSignals
 from contract import protocol
 from tests.agent.conftest import ROOT, write_script
@@ -202,14 +202,12 @@ def test_a_forked_child_logs_nothing_and_does_not_deadlock(
     assert server.store.metric("rank:0", protocol.RUN_PHASE) == []
 
 
-def test_agent_log_stays_the_function_beside_the_agent_log_module() -> None:
+def test_agent_log_is_the_in_script_function_and_the_logger_a_module_of_another_name() -> None:
     import importlib
 
-    module = importlib.import_module("agent.log")
-    from agent.log import say_once  # the module's names still import as they did
-
-    assert callable(say_once) and module.log.name == "perf_agent"
-    assert agent.log.__module__ == "agent" and agent.log.__name__ == "log"
+    module = importlib.import_module("agent.logger")  # importing it leaves agent.log alone
+    assert module.log.name == "perf_agent"
+    assert agent.log.__module__ == "agent" and agent.log.__name__ == "log" and callable(agent.log)
 
 
 def test_scalars_beyond_the_sample_buffers_bound_are_dropped_and_counted() -> None:
