@@ -15,20 +15,17 @@ process group and the server fails the job when the claim expires.
 
 from __future__ import annotations
 
-import json
 import signal
 import socket
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 import uuid
 from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
-from agent import ledger
+from agent import ledger, transport
 from agent.ab import AbCancelled, AbError, AbPlan, Arm, check_tolerances, run_ab
 from agent.abstats import AGREEMENT_RTOL, AGREEMENT_TOP1_MIN
 from contract import api
@@ -129,34 +126,17 @@ def validate_job(
 
 
 class Client:
-    """The runner's side of the jobs API: JSON over HTTP with the project token."""
+    """The runner's side of the jobs API: JSON with the project token, through the agent's
+    one HTTP exchange (agent.transport)."""
 
     def __init__(self, server: str, token: str, *, timeout: float = 10.0) -> None:
         self.server = server.rstrip("/")
         self.token = token
         self.timeout = timeout
 
-    def post(self, path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-        """POST `body`; returns (status, parsed reply). Connection errors raise OSError."""
-        request = urllib.request.Request(
-            self.server + path,
-            data=json.dumps(body).encode(),
-            headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"},
-            method="POST",
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as reply:
-                return reply.status, _parse(reply.read())
-        except urllib.error.HTTPError as error:
-            return error.code, _parse(error.read())
-
-
-def _parse(data: bytes) -> dict[str, Any]:
-    try:
-        parsed = json.loads(data or b"{}")
-    except ValueError:
-        return {}
-    return parsed if isinstance(parsed, dict) else {}
+    def post(self, path: str, body: dict[str, Any]) -> transport.Reply:
+        """POST `body`; never raises (status 0: the server could not be reached)."""
+        return transport.post_json(self.server, path, self.token, body, self.timeout)
 
 
 class Runner:
@@ -196,14 +176,14 @@ class Runner:
         self.say(f"taking jobs for host {self.host} from {self.server}")
         refused = ""
         while not self.stopping.is_set():
-            try:
-                status, reply = self.client.post(
-                    api.JOBS_CLAIM_PATH, {"host": self.host, "runner_id": self.runner_id}
-                )
-            except OSError as error:
-                self.say(f"server unreachable ({error}); retrying")
+            answer = self.client.post(
+                api.JOBS_CLAIM_PATH, {"host": self.host, "runner_id": self.runner_id}
+            )
+            if answer.status == 0:
+                self.say(f"server unreachable ({answer.error}); retrying")
                 self.stopping.wait(self.poll_s)
                 continue
+            status, reply = answer.status, answer.body
             if status == 401:
                 self.say("the server refused the token")
                 return 2
@@ -292,15 +272,14 @@ class Runner:
 
     def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         for attempt in range(3):
-            try:
-                status, reply = self.client.post(path, body)
-            except OSError as error:
-                self.say(f"POST {path} failed ({error}); retrying")
+            answer = self.client.post(path, body)
+            if answer.status == 0:
+                self.say(f"POST {path} failed ({answer.error}); retrying")
                 time.sleep(1 + attempt)
                 continue
-            if status == 409:
-                return {"cancelled": True, **reply}
-            return reply
+            if answer.status == 409:
+                return {"cancelled": True, **answer.body}
+            return answer.body
         return {}
 
     def stop(self, signum: int, frame: FrameType | None) -> None:

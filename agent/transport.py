@@ -92,9 +92,32 @@ def _parse(data: bytes) -> dict[str, Any]:
 
 def post(server: str, path: str, token: str | None, gz_body: bytes, timeout: float) -> Reply:
     """POST `gz_body` (already gzip JSON) to `server + path`; never raises."""
-    request = urllib.request.Request(server.rstrip("/") + path, data=gz_body, method="POST")
-    request.add_header("Content-Type", "application/json")
-    request.add_header("Content-Encoding", "gzip")
+    headers = {"Content-Type": "application/json", "Content-Encoding": "gzip"}
+    return _send(server, path, token, timeout, data=gz_body, headers=headers)
+
+
+def post_json(server: str, path: str, token: str | None, body: dict[str, Any],
+              timeout: float) -> Reply:  # fmt: skip
+    """POST `body` as plain JSON (the jobs API's small messages); never raises."""
+    data = json.dumps(body).encode()
+    return _send(server, path, token, timeout, data=data,
+                 headers={"Content-Type": "application/json"})  # fmt: skip
+
+
+def get(server: str, path: str, token: str | None, timeout: float) -> Reply:
+    """GET `server + path` (used by `perf-agent doctor`); never raises."""
+    return _send(server, path, token, timeout)
+
+
+def _send(server: str, path: str, token: str | None, timeout: float, *,
+          data: bytes | None = None, headers: dict[str, str] | None = None) -> Reply:  # fmt: skip
+    """The agent's one HTTP exchange: every answer, and every failure to get one, is a Reply
+    (status 0 when the server could not be reached)."""
+    request = urllib.request.Request(
+        server.rstrip("/") + path, data=data, method="GET" if data is None else "POST"
+    )
+    for name, value in (headers or {}).items():
+        request.add_header(name, value)
     request.add_header("User-Agent", USER_AGENT)
     if token:
         request.add_header("Authorization", f"Bearer {token}")
@@ -107,19 +130,3 @@ def post(server: str, path: str, token: str | None, gz_body: bytes, timeout: flo
         return Reply(exc.code, body, retry, str(body.get("error") or exc.reason))
     except Exception as exc:  # noqa: BLE001 - unreachable, timeout, reset: all transient
         return Reply(0, {}, None, f"{type(exc).__name__}: {exc}", timed_out=_timed_out(exc))
-
-
-def get(server: str, path: str, token: str | None, timeout: float) -> Reply:
-    """GET `server + path` (used by `perf-agent doctor`); never raises."""
-    request = urllib.request.Request(server.rstrip("/") + path, method="GET")
-    request.add_header("User-Agent", USER_AGENT)
-    if token:
-        request.add_header("Authorization", f"Bearer {token}")
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
-            return Reply(response.status, _parse(response.read()))
-    except urllib.error.HTTPError as exc:
-        body = _parse(exc.read() or b"")
-        return Reply(exc.code, body, None, str(body.get("error") or exc.reason))
-    except Exception as exc:  # noqa: BLE001
-        return Reply(0, {}, None, f"{type(exc).__name__}: {exc}")

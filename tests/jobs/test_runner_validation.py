@@ -15,6 +15,7 @@ import pytest
 
 from agent import abcli, ledger
 from agent.runner import Refused, validate_job
+from agent.transport import Reply
 
 SERVER, TOKEN, HOST = "http://perfweb.example:8000", "pw_secret", "gpu-node-07"
 REPO = Path(__file__).resolve().parents[2]
@@ -108,9 +109,9 @@ def test_the_runner_posts_each_arms_new_fields_and_judges_by_the_jobs_tolerance(
     runner = Runner(SERVER, TOKEN, host=HOST, ledger_file=path, launcher=fake, out=io.StringIO())
     posts: list[tuple[str, dict]] = []
 
-    def post(path: str, body: dict) -> tuple[int, dict]:
+    def post(path: str, body: dict) -> Reply:
         posts.append((path, body))
-        return 200, {}
+        return Reply(200, {})
 
     runner.client.post = post  # type: ignore[method-assign]
     job = _job(run_id="run-0003", command=command, cwd=str(tmp_path), rounds=2, steps=8,
@@ -197,6 +198,14 @@ def test_perf_agent_ab_text_says_the_verdict_and_why_it_stopped() -> None:
     assert f"stopped    {result.stop_reason}" in lines
 
 
+def test_the_runners_client_never_raises_when_the_server_is_unreachable() -> None:
+    from agent.runner import Client
+
+    client = Client("http://127.0.0.1:9", TOKEN, timeout=2.0)  # the discard port: refused
+    answer = client.post("/api/v1/jobs/claim", {"host": HOST})
+    assert answer.status == 0 and answer.error and not answer.ok
+
+
 def test_the_runner_says_once_why_the_server_refuses_its_claims() -> None:
     import io
 
@@ -208,12 +217,12 @@ def test_the_runner_says_once_why_the_server_refuses_its_claims() -> None:
         [(403, {"error": f"no agent of this project recorded a run on host {HOST!r}"})] * 3
     )
 
-    def post(path: str, body: dict) -> tuple[int, dict]:
+    def post(path: str, body: dict) -> Reply:
         try:
-            return next(replies)
+            return Reply(*next(replies))
         except StopIteration:
             runner.stopping.set()
-            return 200, {"job": None}
+            return Reply(200, {"job": None})
 
     runner.client.post = post  # type: ignore[method-assign]
     assert runner.serve() == 0
