@@ -122,7 +122,8 @@ def _cases(tree: Path, work: Path) -> list[dict[str, Any]]:
         {"name": "word_language_model generate.py (inference)", "cwd": tree / "word_language_model",
          "argv": ["generate.py", "--data", str(corpus), "--checkpoint", str(wlm), "--words", "200",
                   "--outf", str(work / "generated.txt")],
-         "needs": [], "expect": {"kind": "inference", "source": "module", "count": 200},
+         "needs": [], "needs_file": wlm,
+         "expect": {"kind": "inference", "source": "module", "count": 200},
          "what": "200 words, one model call each, eval() + no_grad"},
         {"name": "regression", "cwd": tree / "regression", "argv": ["main.py"],
          "needs": [], "unseeded": True,
@@ -270,6 +271,10 @@ def _bench_case(case: dict[str, Any], work: Path, *, runs: int) -> dict[str, Any
                or _version(m) is None]
     if missing:
         return {**row, "status": "not run", "why": f"{', '.join(missing)} not importable here"}
+    needs_file = case.get("needs_file")
+    if needs_file and not needs_file.exists():
+        return {**row, "status": "not run", "why": f"needs {needs_file.name}, which the "
+                "word_language_model (train) case writes: `--only word_language_model`"}
     _prepare(case, work)
     bare, attached, last_dir = [], [], None
     for i in range(runs):
