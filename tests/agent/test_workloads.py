@@ -107,6 +107,64 @@ for micro in range(24):
 print("updates", updates)
 """
 
+# time_sequence_prediction's shape: LBFGS re-evaluates the loss up to 20 times per step.
+LBFGS_CLOSURE = """
+import torch
+from torch import nn
+
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(4, 16), nn.Tanh(), nn.Linear(16, 1)).double()
+opt = torch.optim.LBFGS(model.parameters(), lr=0.8)
+x, y = torch.randn(32, 4).double(), torch.randn(32, 1).double()
+closures = 0
+for step in range(3):
+    def closure():
+        global closures
+        closures += 1
+        opt.zero_grad()
+        loss = nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        return loss
+    opt.step(closure)
+    with torch.no_grad():  # the script's prediction after each step: not a step
+        model(x)
+print("steps 3, closures", closures)
+"""
+
+# word_language_model/generate.py's shape: a whole module loaded from disk, one call per token
+# of a (1, 1) input with the recurrent state passed back in, sampled, written out word by word.
+TOKEN_BY_TOKEN_RNN = """
+import io, torch
+from torch import nn
+
+class RNNModel(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.encoder = nn.Embedding(40, 8)
+        self.rnn = nn.LSTM(8, 8)
+        self.decoder = nn.Linear(8, 40)
+    def forward(self, input, hidden):
+        output, hidden = self.rnn(self.encoder(input), hidden)
+        return self.decoder(output), hidden
+
+torch.manual_seed(0)
+saved = io.BytesIO()
+torch.save(RNNModel(), saved)
+saved.seek(0)
+model = torch.load(saved, weights_only=False)
+model.eval()
+hidden = (torch.zeros(1, 1, 8), torch.zeros(1, 1, 8))
+token = torch.randint(40, (1, 1))
+words = []
+with torch.no_grad():
+    for i in range(30):
+        output, hidden = model(token, hidden)
+        token.fill_(torch.multinomial(output.squeeze().div(1.0).exp(), 1)[0])
+        words.append(int(token))
+print("words", len(words))
+"""
+
+
 SPAWNED_DDP = """
 import socket, torch, torch.distributed as dist, torch.multiprocessing as mp
 from torch import nn
@@ -368,3 +426,24 @@ def test_each_hugging_face_generate_call_is_one_request_not_one_per_token(
     assert (facts["steps.source"], facts["workload.kind"]) == ("module", "inference")
     assert facts["model.class"] == "GPT2LMHeadModel"
     assert server.store.metric("rank:0", "step.batch_size") == [3.0] * 6
+
+
+def test_an_lbfgs_step_counts_once_however_many_closures_it_runs(
+    tmp_path: Path, server: FakeServer, agent_env: dict[str, str]
+) -> None:
+    out = _ran(LBFGS_CLOSURE, tmp_path, server, agent_env)
+    assert out.startswith("steps 3, closures ") and int(out.split()[-1]) > 3
+    assert server.store.steps() == list(range(3))  # not one per closure's backward
+    facts = server.store.facts()
+    assert (facts["steps.source"], facts["workload.kind"]) == ("optimizer", "training")
+
+
+def test_token_by_token_sampling_of_a_loaded_rnn_counts_each_call_as_a_request(
+    tmp_path: Path, server: FakeServer, agent_env: dict[str, str]
+) -> None:
+    assert _ran(TOKEN_BY_TOKEN_RNN, tmp_path, server, agent_env) == "words 30\n"
+    assert server.store.steps() == list(range(30))
+    facts = server.store.facts()
+    assert (facts["steps.source"], facts["workload.kind"]) == ("module", "inference")
+    assert facts["model.class"] == "RNNModel"
+    assert server.store.metric("rank:0", "step.batch_size") == [1.0] * 30
