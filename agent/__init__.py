@@ -2,13 +2,13 @@
 
 In a script::
 
-    import agent
-    agent.attach(server="http://perfweb:8000", token="...")   # or offline="runs/"
+    import perfweb_agent
+    perfweb_agent.attach(server="http://perfweb:8000", token="...")   # or offline="runs/"
     ...
     for batch in loader:        # steps are timed from optimizer hooks by themselves;
         model(batch)
-        agent.step()            # loops without an optimizer mark steps by hand
-        agent.log(loss=loss.item(), tokens=n)   # scalars of your own, drawn on the timeline
+        perfweb_agent.step()            # loops without an optimizer mark steps by hand
+        perfweb_agent.log(loss=loss.item(), tokens=n)   # scalars of your own, drawn on the timeline
 
 Or with no edit at all: ``perf-agent attach --server URL --token T -- python train.py``.
 Every setting also comes from ``PERF_AGENT_*`` environment variables (see agent/README.md).
@@ -22,7 +22,7 @@ import sys
 import threading
 from typing import Any
 
-from agent.logger import log as _log
+from perfweb_agent.runtime.logger import log as _log
 
 __all__ = ["attach", "step", "log", "phase", "shutdown", "current"]
 
@@ -56,8 +56,8 @@ def attach(
         with _lock:
             if _agent is not None:
                 return _agent
-            from agent.config import load_settings
-            from agent.runtime import Agent
+            from perfweb_agent.runtime.agent import Agent
+            from perfweb_agent.runtime.config import load_settings
 
             settings = load_settings(
                 server=server, token=token, offline=offline, name=name, tags=tags,
@@ -84,7 +84,8 @@ def step() -> None:
 
 
 def log(**scalars: Any) -> None:
-    """Record scalars of the script's own (`agent.log(loss=0.41, tokens=4096)`) at this time.
+    """Record scalars of the script's own (`perfweb_agent.log(loss=0.41, tokens=4096)`) at this
+    time.
 
     Each becomes the series `scalar.<name>` of this rank, stored with the run and drawn as a
     row of the run's timeline. Names: 1-56 characters `a-z 0-9 _ .` starting with a letter;

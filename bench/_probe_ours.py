@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from _rss import current_rss_mib, peak_rss_mib  # noqa: E402
 
-from recommender.api import analyze_path  # noqa: E402
+from perfweb_recommender.api import analyze_path  # noqa: E402
 
 
 def main() -> None:

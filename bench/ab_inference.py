@@ -4,7 +4,8 @@
     .venv/bin/python bench/ab_inference.py --knob inference_mode=true \
         --script examples/serving_autograd_on.py --out bench/results/ab_inference_mode.json
 
-Runs the real engine (`python -m agent.cli ab`, real torch, the real agent) on a serving
+Runs the real engine (`python -m perfweb_agent.cli.main ab`, real torch, the real agent) on a
+serving
 example and keeps its JSON result, the per-round arm means (min–max of the rounds) and the
 host's load average beside it, so the figures in agent/README.md can be traced to a run.
 """
@@ -33,7 +34,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--out", default="bench/results/ab_quantize_dynamic.json")
     args = parser.parse_args()
-    argv = [sys.executable, "-m", "agent.cli", "ab", "--knob", args.knob, "--rounds",
+    argv = [sys.executable, "-m", "perfweb_agent.cli.main", "ab", "--knob", args.knob, "--rounds",
             str(args.rounds), "--max-rounds", str(args.rounds), "--format", "json", "--",
             sys.executable, args.script]  # fmt: skip
     load_before = os.getloadavg()
@@ -64,7 +65,7 @@ def main() -> int:
     }
     (REPO / args.out).write_text(json.dumps(record, indent=2) + "\n")
     sys.path.insert(0, str(REPO))
-    from agent.abcli import format_table
+    from perfweb_agent.cli.ab import format_table
 
     print("\n".join(format_table(result["rows"])))
     print(f"speedup {result['speedup']:.2f}x (95% CI {result['ci_low']:.2f}-"

@@ -1,11 +1,11 @@
-"""What one `agent.log(...)` call costs the training thread.
+"""What one `perfweb_agent.log(...)` call costs the training thread.
 
     python bench/agent_log_cost.py [--rounds 7] [--calls 40000] [--out FILE.json]
 
 One process with an agent attached offline (to a temporary directory, as `perf-agent attach
 --offline` would be), rounds interleaved so that drift on a shared machine hits every case
 alike. Cases: `no-op` (a function call doing nothing: the loop's own cost), `floats`
-(`agent.log(loss=0.5, tokens=4096)`), `tensor` (`agent.log(loss=<0-d CPU tensor>,
+(`perfweb_agent.log(loss=0.5, tokens=4096)`), `tensor` (`perfweb_agent.log(loss=<0-d CPU tensor>,
 tokens=4096)`: the float() of the tensor is in it) and `bad-name` (a name that is dropped
 with its one warning). 40,000 calls of 2 scalars stay under the sample buffer's bound, so
 nothing is dropped for room. Reported per case: the median over rounds of the microseconds
@@ -41,17 +41,18 @@ def main() -> None:
     os.environ["PERF_AGENT_LOG_LEVEL"] = "ERROR"  # the bad-name case's one warning
     import torch
 
-    import agent
+    import perfweb_agent
 
     with tempfile.TemporaryDirectory() as folder:
-        running = agent.attach(offline=folder, name="log-cost", interval=1.0, flush_interval=1.0)
+        running = perfweb_agent.attach(offline=folder, name="log-cost", interval=1.0,
+                                       flush_interval=1.0)
         assert running is not None
         loss = torch.tensor(0.5)
         cases = {
             "no-op": lambda: _noop(loss=0.5, tokens=4096),
-            "floats": lambda: agent.log(loss=0.5, tokens=4096),
-            "tensor": lambda: agent.log(loss=loss, tokens=4096),
-            "bad-name": lambda: agent.log(**{"Bad Name": 0.5}),
+            "floats": lambda: perfweb_agent.log(loss=0.5, tokens=4096),
+            "tensor": lambda: perfweb_agent.log(loss=loss, tokens=4096),
+            "bad-name": lambda: perfweb_agent.log(**{"Bad Name": 0.5}),
         }
         per_call: dict[str, list[float]] = {name: [] for name in cases}
         for _ in range(options.rounds):
@@ -62,7 +63,7 @@ def main() -> None:
                 per_call[name].append((time.perf_counter() - began) / options.calls * 1e6)
                 time.sleep(1.2)  # let the sampler drain the buffer between cases
         dropped = running.sender.dropped
-        agent.shutdown()
+        perfweb_agent.shutdown()
     base = statistics.median(per_call["no-op"])
     report = {
         "rounds": options.rounds, "calls_per_round": options.calls, "dropped_samples": dropped,

@@ -160,8 +160,8 @@ def run_once(script: Path, mode: str, steps: int, offline: str) -> dict[str, Any
     env = {k: v for k, v in os.environ.items() if not k.startswith("PERF_AGENT_")}
     env["OMP_NUM_THREADS"] = env.get("OMP_NUM_THREADS", "1")
     if mode != "baseline":
-        from agent.config import load_settings
-        from agent.launcher import child_env
+        from perfweb_agent.cli.attach import child_env
+        from perfweb_agent.runtime.config import load_settings
 
         settings = load_settings(env={}, offline=offline)
         env = child_env(settings, base=env)
@@ -285,8 +285,8 @@ MICRO = textwrap.dedent(
         return (time.thread_time() - t0) / n
 
     bare_next = dl._BaseDataLoaderIter.__next__
-    import agent
-    a = agent.attach(offline="OFFLINE", interval=3600, profile=False)
+    import perfweb_agent
+    a = perfweb_agent.attach(offline="OFFLINE", interval=3600, profile=False)
     wrapped_next = dl._BaseDataLoaderIter.__next__
     hook = a.patches._handles[0]
     post_hook = next(iter(optim_mod._global_optimizer_post_hooks.values()))
@@ -323,8 +323,8 @@ MICRO_INFERENCE = textwrap.dedent(
     from torch.utils.data import dataloader as dl
 
     bare_next = dl._BaseDataLoaderIter.__next__
-    import agent
-    a = agent.attach(offline="OFFLINE", interval=3600, profile=False)
+    import perfweb_agent
+    a = perfweb_agent.attach(offline="OFFLINE", interval=3600, profile=False)
     wrapped_next = dl._BaseDataLoaderIter.__next__
     model, other = torch.nn.Linear(1, 1).eval(), torch.nn.Linear(1, 1).eval()
     with torch.inference_mode():

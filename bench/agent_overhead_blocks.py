@@ -27,8 +27,8 @@ BLOCKS = textwrap.dedent(
     interval, blocks, per_block = float(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
     offline = sys.argv[4]
     bare_next = dl._BaseDataLoaderIter.__next__
-    import agent
-    a = agent.attach(offline=offline, interval=interval, profile=False)
+    import perfweb_agent
+    a = perfweb_agent.attach(offline=offline, interval=interval, profile=False)
     wrapped_next = dl._BaseDataLoaderIter.__next__
     hook = a.patches._handles[0]
     post_hook = optim_mod._global_optimizer_post_hooks[hook.id]

@@ -66,8 +66,8 @@ PROBE = textwrap.dedent(
     httpd = Server(("127.0.0.1", 0), Handler)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
 
-    from agent.config import load_settings
-    from agent.sender import Sender
+    from perfweb_agent.runtime.config import load_settings
+    from perfweb_agent.delivery.sender import Sender
 
     settings = load_settings(env={}, server=f"http://127.0.0.1:{httpd.server_address[1]}",
                              token="t", interval=0.1, flush_interval=1.0, spill_dir=spill)
@@ -95,6 +95,10 @@ def baseline_tree(ref: str, into: str) -> str:
     archive = subprocess.run(["git", "archive", ref, "agent"], cwd=ROOT, capture_output=True,
                              check=True).stdout  # fmt: skip
     subprocess.run(["tar", "-x", "-C", into], input=archive, check=True)
+    if not os.path.exists(os.path.join(into, "agent", "delivery", "sender.py")):
+        raise SystemExit(f"{ref} predates the perfweb_agent import names (issue 15): "
+                         "pick a later baseline ref")
+    os.symlink("agent", os.path.join(into, "perfweb_agent"))  # the import name
     return into
 
 

@@ -15,9 +15,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from recommender.analysis import gpu_time  # noqa: E402
-from recommender.analysis.hta_compat import hta_rounded  # noqa: E402
-from recommender.trace.loader import load_traces  # noqa: E402
+from perfweb_recommender.analysis import gpu_time  # noqa: E402
+from perfweb_recommender.analysis.hta_compat import hta_rounded  # noqa: E402
+from perfweb_recommender.trace.loader import load_traces  # noqa: E402
 
 _REPO = Path(__file__).resolve().parents[1]
 PEER = next(

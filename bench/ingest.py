@@ -262,7 +262,7 @@ def samples_per_batch(rounds: list[dict[str, Any]]) -> float:
 
 def packed(body: dict[str, Any]) -> dict[str, Any]:
     """The batch with its arrays packed, as the agent's sender packs its lists."""
-    from contract.protocol import pack_batch_arrays
+    from perfweb_contract.protocol import pack_batch_arrays
 
     lists = orjson.loads(orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY))
     pack_batch_arrays(lists)

@@ -12,7 +12,7 @@ script runs it bare and attached `--runs` times, interleaved, and records per sc
 exit codes and whether stdout is byte-identical (timings the script prints itself are masked),
 the steps/requests the agent counted against what the script really ran, `steps.source`, the
 workload kind, ranks, traces, the coverage verdict and statement, the top findings of
-`python -m recommender analyze` (text and JSON), and the wall time bare vs attached (median,
+`python -m perfweb_recommender analyze` (text and JSON), and the wall time bare vs attached (median,
 min-max; overhead = ratio of medians). A script whose imports are missing here (torchvision,
 transformers, matplotlib) or that needs a GPU is reported `not run` with the reason: never
 counted as a pass; time_sequence_prediction (minutes per step on a shared 2-core CPU) runs
@@ -205,7 +205,7 @@ def _run(case: dict[str, Any], *, agent_dir: Path | None) -> dict[str, Any]:
 
 def _analyze(agent_dir: Path) -> tuple[dict[str, Any], str]:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    args = [PY, "-m", "recommender", "analyze", str(agent_dir)]
+    args = [PY, "-m", "perfweb_recommender", "analyze", str(agent_dir)]
     text = subprocess.run(args, capture_output=True, text=True, env=env, timeout=TIMEOUT_S)
     js = subprocess.run([*args, "--format", "json"], capture_output=True, text=True, env=env,
                         timeout=TIMEOUT_S)

@@ -8,7 +8,7 @@ value of a finding's fix against it when the rule fires, and the server checks a
 settings against it before queueing.
 
 Standard library only (contract/__init__.py); the code that applies a knob inside the user's
-process is agent/knobs.py and agent/knobs_torch.py.
+process is agent/ab/knobs.py and agent/ab/knobs_torch.py.
 """
 
 from __future__ import annotations

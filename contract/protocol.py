@@ -1,4 +1,4 @@
-"""The wire protocol's shared constants (see docs/protocol.md); its paths are contract.api.
+"""The wire protocol's shared constants (see docs/protocol.md); its paths are perfweb_contract.api.
 
 Both sides import this module: the agent to build requests, the server to validate them.
 It must stay dependency-free: it is loaded inside the user's training process.
@@ -117,14 +117,14 @@ STEP_DURATION = "step.duration"
 STEP_DATA_WAIT = "step.data_wait"
 STEP_BATCH_SIZE = "step.batch_size"
 
-# Scalars the script logs (agent.log, the framework callbacks): series `scalar.<name>` on
+# Scalars the script logs (perfweb_agent.log, the framework callbacks): series `scalar.<name>` on
 # the rank's device, one sample per logged value. A name is 1-56 characters
 # `[a-z][a-z0-9_.]`, so that the series name fits METRIC_NAME_RE.
 SCALAR_PREFIX = "scalar."
 SCALAR_NAME_RE = re.compile(r"^[a-z][a-z0-9_.]{0,55}$")
 MAX_SCALAR_NAMES = 64  # distinct scalar names one process sends; later new names are dropped
 
-# Train/eval phases (agent.phase, the framework callbacks): series `run.phase` on the rank's
+# Train/eval phases (perfweb_agent.phase, the framework callbacks): series `run.phase` on the rank's
 # device, one sample per change, the value the code of the phase that begins then.
 RUN_PHASE = "run.phase"
 PHASES: dict[str, int] = {"none": 0, "train": 1, "eval": 2, "test": 3, "predict": 4}

@@ -1,6 +1,6 @@
 """The verdicts of an A/B measurement: what the engine decides, the server stores and pages show.
 
-The statistics that reach a verdict are the A/B engine's (agent/abstats.py); the names are
+The statistics that reach a verdict are the A/B engine's (agent/ab/stats.py); the names are
 shared, so that the runner, the server and the CLI say the same word for the same outcome.
 """
 

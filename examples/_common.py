@@ -2,7 +2,7 @@
 
 Each example is a plain CPU training script; attach the agent to see its diagnosis:
     perf-agent attach --offline /tmp/perf -- python examples/bottleneck_dataloader.py
-    python -m recommender analyze /tmp/perf
+    python -m perfweb_recommender analyze /tmp/perf
 """
 
 from __future__ import annotations

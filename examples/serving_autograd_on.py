@@ -12,7 +12,7 @@ import argparse
 import torch
 from torch import nn
 
-import agent
+import perfweb_agent
 
 FEATURES = 64
 
@@ -30,5 +30,5 @@ if __name__ == "__main__":
     for index in range(args.requests):
         batch = torch.randn(4, FEATURES, generator=torch.Generator().manual_seed(index))
         served += int(server(batch).argmax(-1).numel())  # autograd records this forward
-        agent.step()
+        perfweb_agent.step()
     print(f"served {served} rows")

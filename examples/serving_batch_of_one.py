@@ -4,10 +4,10 @@ A backlog of single-sample requests waits in a queue; the server takes them one 
 calls the model on a batch of one each time, back to back. Each call pays the model's fixed
 cost (Python, operator dispatch, reading the weights) for one sample: gathering the waiting
 requests into batches of 8 serves several times the samples per second, at the cost of each
-request waiting for its batch. Served with no `agent.step()`: each call of the model is one
+request waiting for its batch. Served with no `perfweb_agent.step()`: each call of the model is one
 request to the agent.
     perf-agent attach --offline /tmp/perf -- python examples/serving_batch_of_one.py
-    python -m recommender analyze /tmp/perf
+    python -m perfweb_recommender analyze /tmp/perf
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ import argparse
 import torch
 from torch import nn
 
-import agent
+import perfweb_agent
 
 FEATURES, HIDDEN, CLASSES = 512, 2048, 10
 
@@ -44,5 +44,6 @@ if __name__ == "__main__":
     with torch.inference_mode():
         for index in range(args.requests):
             served += int(server(request(index, args.rows)).argmax(-1).numel())
-            agent.step()  # one request per step (agent.step() is a no-op when not attached)
+            # one request per step (perfweb_agent.step() is a no-op when not attached)
+            perfweb_agent.step()
     print(f"served {served} rows")

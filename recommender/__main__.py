@@ -1,4 +1,4 @@
-"""`python -m recommender analyze PATH [--format text|json]`."""
+"""`python -m perfweb_recommender analyze PATH [--format text|json]`."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ EXTRA_MODULES = frozenset({"orjson", "msgspec", "numpy"})
 
 def _run() -> int:
     try:
-        from recommender.cli import main
+        from perfweb_recommender.cli import main
     except ModuleNotFoundError as error:
         if error.name not in EXTRA_MODULES:
             raise
         sys.stderr.write(
-            f"python -m recommender needs the recommender extra ({error.name} is missing): "
+            f"python -m perfweb_recommender needs the recommender extra ({error.name} is missing): "
             "pip install 'perfweb[recommender]'\n"
         )
         return 2

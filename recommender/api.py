@@ -7,15 +7,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from recommender.analysis.summary import TraceSummary, summarize
-from recommender.coverage import Coverage, evidence_coverage
-from recommender.errors import InputError
-from recommender.evidence import RunEvidence
-from recommender.inference import evidence_request_stats
-from recommender.offline import find_runs, load_run
-from recommender.rules import diagnose
-from recommender.rules.base import Finding
-from recommender.trace.loader import load_trace, trace_files
+from perfweb_recommender.analysis.summary import TraceSummary, summarize
+from perfweb_recommender.coverage import Coverage, evidence_coverage
+from perfweb_recommender.errors import InputError
+from perfweb_recommender.evidence import RunEvidence
+from perfweb_recommender.inference import evidence_request_stats
+from perfweb_recommender.offline import find_runs, load_run
+from perfweb_recommender.rules import diagnose
+from perfweb_recommender.rules.base import Finding
+from perfweb_recommender.trace.loader import load_trace, trace_files
 
 
 @dataclass

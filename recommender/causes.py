@@ -10,9 +10,9 @@ its FIXES.md id, a title from its numbers, and the catalogue's fix text for that
 
 from __future__ import annotations
 
-from recommender.conditions import CONDITIONS, Verdict, Window
-from recommender.rules import REGISTRY, diagnose
-from recommender.rules.base import Evidence, Finding, Fix, finding, rank_tier
+from perfweb_recommender.conditions import CONDITIONS, Verdict, Window
+from perfweb_recommender.rules import REGISTRY, diagnose
+from perfweb_recommender.rules.base import Evidence, Finding, Fix, finding, rank_tier
 
 # Conditions whose cause is outside the script: the condition itself is the diagnosis.
 SYSTEM_KINDS = frozenset({"idle_memory_held", "stalled", "throttling"})

@@ -1,4 +1,4 @@
-"""Command line: `python -m recommender analyze PATH [--format text|json]`.
+"""Command line: `python -m perfweb_recommender analyze PATH [--format text|json]`.
 
 Bad input (not JSON, not a trace, a truncated gzip, a missing path) prints one line on
 stderr and exits with code 2; never a traceback (set PERFWEB_DEBUG=1 to see one for input
@@ -13,16 +13,16 @@ import sys
 
 import orjson
 
-from recommender.api import analyze_path
-from recommender.errors import InputError
-from recommender.text_report import render_text
+from perfweb_recommender.api import analyze_path
+from perfweb_recommender.errors import InputError
+from perfweb_recommender.text_report import render_text
 
 EXIT_BAD_INPUT = 2
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m recommender", description=__doc__.split("\n")[0]
+        prog="python -m perfweb_recommender", description=__doc__.split("\n")[0]
     )
     commands = parser.add_subparsers(dest="command", required=True)
     analyze = commands.add_parser(

@@ -2,8 +2,8 @@
 findings that appeared or disappeared, and the one sentence that says what changed and why.
 
 The server's comparison page and the cross-run regression finding read this; the numbers
-come from `recommender.analysis.regression` (the interval) and
-`recommender.analysis.trace_diff` (the operators behind the difference).
+come from `perfweb_recommender.analysis.regression` (the interval) and
+`perfweb_recommender.analysis.trace_diff` (the operators behind the difference).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from recommender.analysis.regression import MedianRatio
+from perfweb_recommender.analysis.regression import MedianRatio
 
 EXPLAINED_SHARE = 0.8  # name contributors until they cover this much of the difference
 MAX_CONTRIBUTORS = 3

@@ -7,9 +7,11 @@ then keeps its state). No I/O here: perfweb.alerts keeps only the state machine,
 and delivery.
 
 The conditions and the rules are one engine: they share the thresholds and label tables
-(recommender.thresholds), a window reads as the rules' `RunEvidence` (`Window.evidence`), and
+(perfweb_recommender.thresholds), a window reads as the rules' `RunEvidence` (`Window.evidence`),
+and
 the cause an alert message gives when the run has no stored finding yet is the rules' own
-finding on that window (recommender.causes) — the same `Finding`, title and catalogue fix text as
+finding on that window (perfweb_recommender.causes) — the same `Finding`, title and catalogue fix
+text as
 the findings list — else the condition's own diagnosis with its numbers.
 """
 
@@ -21,10 +23,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from recommender.evidence import RunEvidence, StepSample
-from recommender.evidence import Series as EvidenceSeries
-from recommender.rules.base import Finding
-from recommender.thresholds import (
+from perfweb_recommender.evidence import RunEvidence, StepSample
+from perfweb_recommender.evidence import Series as EvidenceSeries
+from perfweb_recommender.rules.base import Finding
+from perfweb_recommender.thresholds import (
     GIB,
     HELD_MEMORY_BYTES,
     LOW_UTILIZATION_PCT,

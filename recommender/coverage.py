@@ -1,7 +1,7 @@
 """What the agent saw of a run, and what it did not: the evidence behind "no findings".
 
 A doctor that calls a patient it never examined healthy is worse than no doctor. Every
-report of a run (the run page, the findings and workload APIs, `python -m recommender
+report of a run (the run page, the findings and workload APIs, `python -m perfweb_recommender
 analyze` as text and JSON) asks this module, the one engine for "what was not seen", and
 says "no findings" only of a run whose evidence was there. `run_coverage` gives the verdict
 and `Coverage.missing`, the one list of evidence the rules lacked, each item with what it
@@ -21,8 +21,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from recommender.analysis.summary import TraceSummary
-from recommender.evidence import RunEvidence
+from perfweb_recommender.analysis.summary import TraceSummary
+from perfweb_recommender.evidence import RunEvidence
 
 # How the agent found the step/request boundaries (fact `steps.source`), best first.
 STEP_SOURCES: dict[str, str] = {
@@ -30,13 +30,14 @@ STEP_SOURCES: dict[str, str] = {
     "backward": "backward passes of the loss",
     "module": "calls of the outermost nn.Module (one request or batch each)",
     "dataloader": "DataLoader iterations",
-    "manual": "agent.step() calls",
+    "manual": "perfweb_agent.step() calls",
 }
 WORKLOAD_KINDS = ("training", "inference")  # fact `workload.kind`
 NOT_OBSERVED, PARTLY_OBSERVED, OBSERVED = "not_observed", "partly_observed", "observed"
-FIX_LINE = "agent.step()"
+FIX_LINE = "perfweb_agent.step()"
 FIX_TEXT = (
-    "Mark each step or request yourself: `import agent` once, then call `agent.step()` at "
+    "Mark each step or request yourself: `import perfweb_agent` once, then call "
+    "`perfweb_agent.step()` at "
     "the end of every training step or served request."
 )
 NO_TORCH_REASON = "the process never imported torch, so there was nothing the agent could time"

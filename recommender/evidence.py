@@ -1,6 +1,6 @@
 """What the rules read: one run's facts, metric series, step timings and analysed traces.
 
-Two adapters fill `RunEvidence`: `recommender.offline` from an agent's offline directory,
+Two adapters fill `RunEvidence`: `perfweb_recommender.offline` from an agent's offline directory,
 and the server's (perfweb) from its stored data. Rules never do I/O; they only read this.
 """
 
@@ -11,7 +11,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from recommender.analysis.summary import TraceSummary
+from perfweb_recommender.analysis.summary import TraceSummary
 
 _DATALOADER_KEY = re.compile(r"^dataloader\.(\d+)\.(\w+)$")
 
@@ -29,7 +29,8 @@ class StepSample:
 
 @dataclass
 class Series:
-    """One metric series (protocol `metrics[i]`): name/unit in `contract.protocol.METRICS`."""
+    """One metric series (protocol `metrics[i]`): name/unit in
+    `perfweb_contract.protocol.METRICS`."""
 
     device: str  # "gpu:0", "process", "workers", "host", "rank:0"
     name: str  # e.g. "gpu.utilization"
@@ -68,7 +69,7 @@ class RunEvidence:
 
     def process_values(self, name: str) -> list[float]:
         """A process metric of the job's own processes: `process`, or every rank's
-        `process:<rank>` in a job of several ranks (see contract.protocol.DeviceNaming)."""
+        `process:<rank>` in a job of several ranks (see perfweb_contract.protocol.DeviceNaming)."""
         return [
             v
             for device in self.devices_of(name)

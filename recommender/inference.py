@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from recommender.evidence import RunEvidence, StepSample
+from perfweb_recommender.evidence import RunEvidence, StepSample
 
 BATCH_SIZE = "step.batch_size"  # samples per request/batch (agent metric, rank device)
 PERCENTILES = (50.0, 95.0, 99.0)

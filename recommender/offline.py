@@ -18,11 +18,11 @@ from typing import Any
 
 import orjson
 
-from contract.layout import BATCH_RE, START_FILE, TRACES_DIR
-from recommender.analysis.summary import TraceSummary, summarize
-from recommender.errors import InputError
-from recommender.evidence import RunEvidence, Series, StepSample
-from recommender.trace.loader import load_trace
+from perfweb_contract.layout import BATCH_RE, START_FILE, TRACES_DIR
+from perfweb_recommender.analysis.summary import TraceSummary, summarize
+from perfweb_recommender.errors import InputError
+from perfweb_recommender.evidence import RunEvidence, Series, StepSample
+from perfweb_recommender.trace.loader import load_trace
 
 _LAUNCHER_ONLY_DEVICES = ("process", "workers")  # the launcher's own process is not the job's
 

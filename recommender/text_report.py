@@ -1,13 +1,13 @@
-"""The human-readable report of `python -m recommender analyze`."""
+"""The human-readable report of `python -m perfweb_recommender analyze`."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from recommender.analysis.summary import TraceSummary
-from recommender.api import Report
-from recommender.coverage import FIX_TEXT, OBSERVED, STEP_SOURCES
-from recommender.rules.base import Finding, counted
+from perfweb_recommender.analysis.summary import TraceSummary
+from perfweb_recommender.api import Report
+from perfweb_recommender.coverage import FIX_TEXT, OBSERVED, STEP_SOURCES
+from perfweb_recommender.rules.base import Finding, counted
 
 
 def _rank_lines(trace: TraceSummary) -> list[str]:

@@ -36,8 +36,9 @@ def test_a_contract_module_imports_the_standard_library_only(module: str) -> Non
 
 def test_it_notices_an_import_of_the_project(tmp_path: Path) -> None:
     module = tmp_path / "m.py"
-    module.write_text("import json\nfrom agent import sender\nfrom . import buffer\n")
-    assert imported_top_level_names(module) - sys.stdlib_module_names == {"agent", "."}
+    module.write_text("import json\nfrom perfweb_agent.delivery import sender\nfrom . import "
+                      "buffer\n")
+    assert imported_top_level_names(module) - sys.stdlib_module_names == {"perfweb_agent", "."}
 
 
 def test_the_contract_holds_every_shared_module_and_the_agent_no_copy_of_one() -> None:
@@ -49,20 +50,22 @@ def test_the_contract_holds_every_shared_module_and_the_agent_no_copy_of_one() -
 
 
 def agent_modules_imported(package: str) -> set[str]:
-    """The `agent.*` modules that any module of `package` imports."""
+    """The `perfweb_agent.*` modules that any module of `package` imports."""
     found: set[str] = set()
     for path in (ROOT / package).rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
             if isinstance(node, ast.ImportFrom) and not node.level and node.module:
-                if node.module.split(".")[0] == "agent":
+                if node.module.split(".")[0] == "perfweb_agent":
                     found.add(node.module)
             elif isinstance(node, ast.Import):
-                found.update(a.name for a in node.names if a.name.split(".")[0] == "agent")
+                found.update(
+                    a.name for a in node.names if a.name.split(".")[0] == "perfweb_agent"
+                )
     return found
 
 
 def test_the_server_reads_the_shared_facts_from_the_contract_not_from_the_agent() -> None:
     # The A/B statistics are the engine's own function, which the server calls to recompute
     # a job's result from its stored arms (docs/security.md); everything else is the contract.
-    assert agent_modules_imported("perfweb") <= {"agent.abstats"}
+    assert agent_modules_imported("perfweb") <= {"perfweb_agent.ab.stats"}
     assert agent_modules_imported("recommender") == set()

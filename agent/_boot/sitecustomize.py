@@ -11,7 +11,7 @@ import sys
 
 
 def _load_package_from_home() -> None:
-    """This Python lacks the agent: load the launcher's copy as package `agent`, by path.
+    """This Python lacks the agent: load the launcher's copy as package `perfweb_agent`, by path.
 
     Only the package itself is loaded from there (not the rest of the launcher's
     site-packages), so its optional dependencies come from this Python or not at all.
@@ -19,25 +19,25 @@ def _load_package_from_home() -> None:
     import importlib.util
 
     home = os.environ.get("PERF_AGENT_HOME", "")
-    init = os.path.join(home, "agent", "__init__.py")
+    init = os.path.join(home, "__init__.py")
     if not home or not os.path.exists(init):
         raise ImportError("the agent package is not importable here")
     spec = importlib.util.spec_from_file_location(
-        "agent", init, submodule_search_locations=[os.path.dirname(init)]
+        "perfweb_agent", init, submodule_search_locations=[os.path.dirname(init)]
     )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    sys.modules["agent"] = module
+    sys.modules["perfweb_agent"] = module
     spec.loader.exec_module(module)
 
 
 def _start_agent() -> None:
     try:
         try:
-            from agent import _autostart
+            from perfweb_agent.runtime import autostart as _autostart
         except ImportError:
             _load_package_from_home()
-            from agent import _autostart
+            from perfweb_agent.runtime import autostart as _autostart
         _autostart.start_from_env()
     except Exception as exc:  # noqa: BLE001 - never stop the user's program from starting
         sys.stderr.write(f"[perf-agent] could not start: {exc}\n")

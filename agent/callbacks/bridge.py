@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-import agent
-from agent.logger import say_once
-from contract import protocol
+import perfweb_agent as agent
+from perfweb_agent.runtime.logger import say_once
+from perfweb_contract import protocol
 
 
 class AgentBridge:
@@ -25,7 +25,7 @@ class AgentBridge:
             say_once(
                 "callback-without-agent",
                 "%s callback: no agent is running in this process, so it sends nothing; run "
-                "the script under `perf-agent attach` or call agent.attach() first",
+                "the script under `perf-agent attach` or call perfweb_agent.attach() first",
                 self.framework,
             )
         return running

@@ -6,7 +6,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from agent.callbacks.bridge import AgentBridge, is_loss
+from perfweb_agent.callbacks.bridge import AgentBridge, is_loss
 
 __all__ = ["PerfwebCallback"]
 

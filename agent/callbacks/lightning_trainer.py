@@ -10,7 +10,7 @@ try:
 except ImportError:  # the standalone package
     from pytorch_lightning import Callback  # type: ignore[assignment]
 
-from agent.callbacks.bridge import AgentBridge, is_loss
+from perfweb_agent.callbacks.bridge import AgentBridge, is_loss
 
 __all__ = ["PerfwebLightningCallback"]
 

@@ -4,7 +4,8 @@ real kernel names.
 
     python -m bench.gpu.kernels OFFLINE_DIR [--top 8]     (prints JSON)
 
-Runs in the recommender's environment (numpy, msgspec, orjson), like `python -m recommender`.
+Runs in the recommender's environment (numpy, msgspec, orjson), like `python -m
+perfweb_recommender`.
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from recommender.trace import classify
-from recommender.trace.loader import load_trace
-from recommender.trace.model import KIND_KERNEL
+from perfweb_recommender.trace import classify
+from perfweb_recommender.trace.loader import load_trace
+from perfweb_recommender.trace.model import KIND_KERNEL
 
 
 def top_kernels(trace_path: Path, *, top: int) -> list[dict[str, Any]]:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-IDLE_UTILIZATION_PCT = 1.0  # the rule's "about 0%" (recommender/rules/system.py)
+IDLE_UTILIZATION_PCT = 1.0  # the rule's "about 0%" (recommender/rules/gpu.py)
 BUSY_UTILIZATION_PCT = 50.0  # a compute-heavy workload should reach this at least once
 MIN_SAMPLE_SHARE = 0.5  # samples expected: at least this share of duration / interval
 CLOCK_MHZ = (100.0, 4000.0)

@@ -18,12 +18,12 @@ from bench.gpu import procs
 from bench.gpu.expectations import AbPair, Expectation
 from bench.gpu.nvml_check import check_offline
 from bench.gpu.overhead import MODES, run_order, summarise_overhead, window_of
-from bench.gpu.wheels import recommender_env
+from bench.gpu.wheels import import_names, recommender_env
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 WORKLOADS = HERE / "workloads.py"
-ANALYSIS_S = 30.0  # bound on one `python -m recommender analyze` (a few small traces)
+ANALYSIS_S = 30.0  # bound on one `python -m perfweb_recommender analyze` (a few small traces)
 RESERVE_S = 15.0  # kept back from every stage for writing the report
 
 
@@ -81,9 +81,11 @@ class Config:
 
 
 def base_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The caller's environment without agent settings, with the repo importable."""
+    """The caller's environment without agent settings, with the repo importable
+    by its import names (nothing is installed on the GPU machine)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PERF_AGENT_")}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+    paths = (str(import_names(REPO)), str(REPO), env.get("PYTHONPATH"))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
     env["PYTHONUNBUFFERED"] = "1"
     env.update(extra or {})
     return env
@@ -101,8 +103,10 @@ def workload_argv(cfg: Config, name: str, **bounds: float | Path) -> list[str]:
 
 def attach_argv(cfg: Config, offline: Path, *, name: str, interval: float | None = None,
                 profile: bool = True) -> list[str]:  # fmt: skip
-    """`perf-agent attach --offline` (through `python -m agent.cli`: nothing installed)."""
-    argv = [cfg.python, "-m", "agent.cli", "attach", "--offline", str(offline), "--name", name]
+    """`perf-agent attach --offline` (through `python -m perfweb_agent.cli.main`: nothing
+    installed)."""
+    argv = [cfg.python, "-m", "perfweb_agent.cli.main", "attach", "--offline", str(offline),
+            "--name", name]
     if interval is not None:
         argv += ["--interval", str(interval)]
     if not profile:
@@ -138,7 +142,7 @@ try:
 except Exception as e:
     info["torch_error"] = repr(e)
 try:
-    from agent.nvml import real_query
+    from perfweb_agent.collectors.nvml import real_query
     q = real_query()
     q("init")
     info["nvml_driver"] = q("driver_version")
@@ -251,14 +255,14 @@ def _workload_summary(result: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 def analyse(cfg: Config, budget: Budget, offline: Path, folder: Path) -> dict[str, Any]:
-    """`python -m recommender analyze OFFLINE --format json`, compacted for the report."""
+    """`python -m perfweb_recommender analyze OFFLINE --format json`, compacted for the report."""
     if not cfg.recommender.get("ok"):
         return skipped(f"recommender unavailable: {cfg.recommender.get('reason')}")
     if not offline.is_dir():
         return skipped("the workload left no offline directory")
     out = folder / "analysis.json"
     ran = procs.run(
-        [cfg.python, "-m", "recommender", "analyze", str(offline), "--format", "json"],
+        [cfg.python, "-m", "perfweb_recommender", "analyze", str(offline), "--format", "json"],
         log=folder / "analysis.log", stdout=out, timeout_s=budget.timeout(ANALYSIS_S),
         env=recommender_env(cfg.recommender.get("site"), REPO),
     )  # fmt: skip
@@ -379,7 +383,8 @@ def ab(cfg: Config, budget: Budget, pair: AbPair) -> dict[str, Any]:
     # The engine adds rounds while its interval is too wide to decide; the kit's time budget
     # is fixed, so it asks for exactly its rounds (an undecided result says inconclusive).
     argv = [
-        cfg.python, "-m", "agent.cli", "ab", "--knob", pair.knob, "--rounds", str(cfg.ab_rounds),
+        cfg.python, "-m", "perfweb_agent.cli.main", "ab", "--knob", pair.knob, "--rounds",
+            str(cfg.ab_rounds),
         "--max-rounds", str(cfg.ab_rounds), "--time-budget", f"{cost:.0f}",
         "--steps", str(cfg.ab_steps), "--warmup", str(cfg.ab_warmup), "--format", "json",
         "--quiet", "--",

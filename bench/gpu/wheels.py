@@ -76,10 +76,24 @@ def prepare(*, folder: Path = DEFAULT_DIR, target: Path) -> dict[str, Any]:
     return status
 
 
+def import_names(repo: Path) -> Path:
+    """A folder of links, <import name> -> the repo's folder (perfweb_agent -> agent/, ...):
+    on PYTHONPATH it makes an uninstalled checkout importable by the names the code uses
+    (setup.py maps them when installed)."""
+    folder = repo / ".names"
+    folder.mkdir(exist_ok=True)
+    for name, source in (("perfweb_agent", "agent"), ("perfweb_recommender", "recommender"),
+                         ("perfweb_contract", "contract")):
+        link = folder / name
+        if (repo / source).is_dir() and not link.exists():
+            link.symlink_to(Path("..") / source)
+    return folder
+
+
 def recommender_env(site: str | None, repo: Path) -> dict[str, str]:
     """The environment of a recommender process: the repo, then the wheels' folder."""
     env = dict(os.environ)
-    parts = [str(repo)] + ([site] if site else [])
+    parts = [str(import_names(repo)), str(repo)] + ([site] if site else [])
     if env.get("PYTHONPATH"):
         parts.append(env["PYTHONPATH"])
     env["PYTHONPATH"] = os.pathsep.join(parts)

@@ -1,6 +1,6 @@
 """One evaluation tick: every enabled rule over every running run in its scope.
 
-The conditions themselves are the recommender's (recommender.conditions, pure functions over
+The conditions themselves are the recommender's (perfweb_recommender.conditions, pure functions over
 a `Window`); this module reads the windows, applies the verdicts to the alerts' state
 machine and stores the changes.
 
@@ -26,7 +26,7 @@ from perfweb.alerts.notify import event_store
 from perfweb.alerts.why import stored_regression, top_finding_for_run
 from perfweb.runs.models import Run
 from perfweb.series import recent as samples
-from recommender.conditions import (
+from perfweb_recommender.conditions import (
     BASELINE_STEPS,
     BASELINE_WARMUP_STEPS,
     CONDITIONS,

@@ -8,7 +8,7 @@ from django import forms
 
 from perfweb.alerts.channels import CHANNELS, CHOICES
 from perfweb.alerts.models import RULE_KINDS, AlertRule
-from recommender.conditions import CONDITIONS
+from perfweb_recommender.conditions import CONDITIONS
 
 PERCENT_KINDS = {"low_utilization", "idle_memory_held", "throttling"}
 

@@ -12,7 +12,7 @@ from django.db import models
 from perfweb.alerts.channels import CHOICES as CHANNEL_CHOICES
 from perfweb.projects.models import Project
 from perfweb.runs.models import Run
-from recommender.conditions import CONDITIONS
+from perfweb_recommender.conditions import CONDITIONS
 
 RULE_KINDS = [
     (kind, c.label.replace("{threshold}", "X").replace("{window}", "Y"))

@@ -19,8 +19,8 @@ from perfweb.alerts import conf
 from perfweb.alerts.messages import VERSION
 from perfweb.alerts.models import Alert, AlertEvent, Channel, Delivery
 from perfweb.alerts.why import as_payload
-from recommender.conditions import CONDITIONS
-from recommender.rules.base import Finding
+from perfweb_recommender.conditions import CONDITIONS
+from perfweb_recommender.rules.base import Finding
 
 Enqueue = Callable[[int, float], None]
 

@@ -14,7 +14,7 @@ from perfweb.alerts.messages import VERSION
 from perfweb.alerts.models import Alert, AlertRule, Channel
 from perfweb.alerts.notify import deliveries_create
 from perfweb.projects.models import Project
-from recommender.conditions import CONDITIONS
+from perfweb_recommender.conditions import CONDITIONS
 
 Enqueue = Callable[[int, float], None]
 

@@ -18,7 +18,7 @@ from perfweb.alerts.channels import CHANNELS
 from perfweb.alerts.forms import ChannelForm, RuleForm, SnoozeForm, config_form
 from perfweb.alerts.tasks import enqueue_delivery
 from perfweb.projects.selectors import project_list_for_user
-from recommender.conditions import CONDITIONS
+from perfweb_recommender.conditions import CONDITIONS
 
 
 def _back(project_id: int) -> HttpResponseRedirect:

@@ -4,7 +4,7 @@ For the performance conditions (low utilisation, step-time regression, a large f
 recommender's top stored finding for the run is the why (perfweb.diagnostics'
 `finding_for_run`). Without one — and for the system conditions (idle GPU holding memory,
 stalled, throttling), whose cause is not a code fix — the recommender derives it from the
-metric window the rule was evaluated on (recommender.causes: the rules' own finding on that
+metric window the rule was evaluated on (perfweb_recommender.causes: the rules' own finding on that
 window, else the condition's diagnosis with the catalogue's fix text). Either way it is the
 recommender's `Finding`; this module only reads the stored one and words the payload.
 """
@@ -16,11 +16,11 @@ from typing import Any
 from django.apps import apps
 
 from perfweb.diagnostics.formatting import evidence_text
-from recommender.causes import SYSTEM_KINDS, window_cause
-from recommender.conditions import Verdict, Window, finding_gain_share
-from recommender.rules import REGISTRY
-from recommender.rules.base import Finding
-from recommender.rules.cross_run import REGRESSION_ID
+from perfweb_recommender.causes import SYSTEM_KINDS, window_cause
+from perfweb_recommender.conditions import Verdict, Window, finding_gain_share
+from perfweb_recommender.rules import REGISTRY
+from perfweb_recommender.rules.base import Finding
+from perfweb_recommender.rules.cross_run import REGRESSION_ID
 
 EVIDENCE_CHARS = 300  # the payload's evidence sentence, at most
 

@@ -11,8 +11,8 @@ import orjson
 from django.http import HttpRequest, HttpResponse
 from isal import isal_zlib
 
-from contract.protocol import MAX_BODY_BYTES, MAX_DECOMPRESSED_BYTES, MAX_JSON_DEPTH
 from perfweb.runs.fields import Invalid, key_path, text
+from perfweb_contract.protocol import MAX_BODY_BYTES, MAX_DECOMPRESSED_BYTES, MAX_JSON_DEPTH
 
 # isal's stubs declare `error` an instance; it is the exception class.
 _GZIP_ERROR = cast(type[Exception], isal_zlib.error)

@@ -8,7 +8,6 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponse
 
-from contract import protocol
 from perfweb.api.endpoint import TOKEN, endpoint
 from perfweb.api.http import json_response, parse_json, read_body
 from perfweb.ingest.batches import batch_store
@@ -23,6 +22,7 @@ from perfweb.runs.schemas import (
     parse_start,
 )
 from perfweb.runs.selectors import agent_commands
+from perfweb_contract import protocol
 
 # What this server reads beyond protocol v1's first form (docs/protocol.md, "Features").
 FEATURES = [protocol.FEATURE_PACKED_ARRAYS]

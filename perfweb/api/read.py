@@ -7,13 +7,13 @@ import math
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 
-from contract.protocol import DEVICE_RE, METRIC_NAME_RE, RUN_STATUSES
 from perfweb.api.endpoint import READER, endpoint
 from perfweb.api.http import error_response, json_response
 from perfweb.runs.models import Run
 from perfweb.runs.selectors import run_get
 from perfweb.series.run_rows import run_detail, run_list
 from perfweb.series.selectors import series_read
+from perfweb_contract.protocol import DEVICE_RE, METRIC_NAME_RE, RUN_STATUSES
 
 MAX_POINTS = 10_000
 MIN_POINTS = 3

@@ -1,4 +1,5 @@
-"""Every `/api/v1` route, and only here: each from its path in contract.api (the agent builds
+"""Every `/api/v1` route, and only here: each from its path in perfweb_contract.api (the agent
+builds
 its requests from the same constants), each view behind perfweb.api.endpoint (one auth path,
 one error mapping), each calling its own app's services and selectors."""
 
@@ -8,9 +9,9 @@ import re
 
 from django.urls import URLPattern, path
 
-from contract import api
 from perfweb.api import diagnostics, ingest, jobs, read
 from perfweb.fleet.views import waste_api
+from perfweb_contract import api
 
 PREFIX = api.API_PREFIX.strip("/") + "/"  # what perfweb/urls.py includes this module under
 

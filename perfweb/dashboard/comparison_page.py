@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from contract.api import RUN_TIMELINE_PATH
 from perfweb.diagnostics.comparison import pair_comparison, run_steps, thinned
 from perfweb.diagnostics.formatting import pct
 from perfweb.runs.models import Run
+from perfweb_contract.api import RUN_TIMELINE_PATH
 
 MAX_RUNS = 4
 CHART_STEPS = 3000  # steps per run sent to the page for the distributions and bands

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from contract.protocol import (
+from perfweb_contract.protocol import (
     METRICS,
     PHASES,
     RUN_PHASE,
@@ -91,7 +91,7 @@ ROWS: tuple[TimelineRow, ...] = (
         (STEP_DURATION, STEP_DATA_WAIT),
         "steps",
         "no steps recorded yet — the agent times them from the optimizer, backward passes, the "
-        "outermost module or the DataLoader; agent.step() marks them by hand.",
+        "outermost module or the DataLoader; perfweb_agent.step() marks them by hand.",
     ),
 )
 TRAINING_ONLY = ("steps",)  # an inference run's requests are charted as latency percentiles
@@ -104,7 +104,8 @@ def timeline_rows_config(*, kind: str | None = None) -> list[dict[str, object]]:
     return [asdict(row) for row in rows]
 
 
-SCALAR_ROWS_MAX = 16  # rows for the script's scalars (agent.log), the first by name; the rest
+# rows for the script's scalars (perfweb_agent.log), the first by name; the rest
+SCALAR_ROWS_MAX = 16
 # are listed in one line and stay in the read API
 
 

@@ -12,8 +12,6 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_GET
 
-from contract.api import RUN_PATH, RUNS_PATH
-from contract.protocol import RUN_STATUSES
 from perfweb.dashboard import assets, comparison_page, presenters
 from perfweb.dashboard.panels import run_panels
 from perfweb.dashboard.timeline_rows import timeline_extras_config, timeline_rows_config
@@ -21,7 +19,9 @@ from perfweb.projects.selectors import project_list_for_user
 from perfweb.runs.selectors import run_get_for_user
 from perfweb.series.run_rows import run_detail as run_detail_row
 from perfweb.series.run_rows import run_list_for_user
-from recommender.coverage import workload_kind
+from perfweb_contract.api import RUN_PATH, RUNS_PATH
+from perfweb_contract.protocol import RUN_STATUSES
+from perfweb_recommender.coverage import workload_kind
 
 RUNS_ON_PAGE = 100
 POPUP_OPENER_POLICY = "same-origin-allow-popups"

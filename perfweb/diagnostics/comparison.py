@@ -20,11 +20,11 @@ from perfweb.diagnostics.models import Finding, Trace
 from perfweb.diagnostics.selectors import trace_tables_of
 from perfweb.runs.models import Run
 from perfweb.series.selectors import series_read
-from recommender.analysis.regression import MedianRatio, median_ratio
-from recommender.analysis.trace_diff import trace_diff
-from recommender.compare import difference_sentence, facts_diff, findings_diff, step_stats
-from recommender.rules.base import Finding as RuleFinding
-from recommender.rules.cross_run import REGRESSION_ID, regression_finding
+from perfweb_recommender.analysis.regression import MedianRatio, median_ratio
+from perfweb_recommender.analysis.trace_diff import trace_diff
+from perfweb_recommender.compare import difference_sentence, facts_diff, findings_diff, step_stats
+from perfweb_recommender.rules.base import Finding as RuleFinding
+from perfweb_recommender.rules.cross_run import REGRESSION_ID, regression_finding
 
 STEP_POINTS = 5000  # steps read per run (the regression verdict thins to its own maximum)
 JOB_TAG = "job"

@@ -1,4 +1,4 @@
-"""Stored data -> `recommender.evidence.RunEvidence` (reads only).
+"""Stored data -> `perfweb_recommender.evidence.RunEvidence` (reads only).
 
 Bounded: each series is read over the last `conf.diagnose_window_s()` of the run's data,
 at most `SERIES_POINTS` points (MinMaxLTTB), and steps over a window short enough to hold at
@@ -17,7 +17,7 @@ from perfweb.diagnostics.summaries import summary_from_json, summary_is_current
 from perfweb.jobs.selectors import verified_gains_for_run
 from perfweb.runs.models import Run
 from perfweb.series.selectors import series_read, series_span
-from recommender.evidence import RunEvidence, Series, StepSample
+from perfweb_recommender.evidence import RunEvidence, Series, StepSample
 
 SERIES_POINTS = 2000
 STEP_POINTS = 5000

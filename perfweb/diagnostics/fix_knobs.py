@@ -1,13 +1,13 @@
 """The knob values of a stored finding's fix: what its "Try this fix" button shows and the job
-it queues applies, one value from the rule that fired (recommender.rules.base.Fix.knobs)."""
+it queues applies, one value from the rule that fired (perfweb_recommender.rules.base.Fix.knobs)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from contract.knobs import KnobError, KnobValue, parse_knobs, validate_knobs
 from perfweb.diagnostics.models import Finding
 from perfweb.runs.models import Run
+from perfweb_contract.knobs import KnobError, KnobValue, parse_knobs, validate_knobs
 
 
 def fix_knobs(fix: dict[str, Any] | None) -> dict[str, KnobValue]:

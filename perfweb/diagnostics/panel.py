@@ -8,8 +8,6 @@ from typing import Any
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
-from contract.api import RUN_FINDINGS_PATH
-from contract.knobs import format_knobs
 from perfweb.dashboard.panels import Panel
 from perfweb.diagnostics import selectors
 from perfweb.diagnostics.fix_knobs import fix_knobs
@@ -18,7 +16,9 @@ from perfweb.diagnostics.models import Finding, RunDiagnosis
 from perfweb.diagnostics.workload import run_workload_coverage
 from perfweb.jobs.selectors import measured_gains_for_run
 from perfweb.runs.models import Run
-from recommender.coverage import OBSERVED
+from perfweb_contract.api import RUN_FINDINGS_PATH
+from perfweb_contract.knobs import format_knobs
+from perfweb_recommender.coverage import OBSERVED
 
 RISK_LABELS = {
     "data-path": "data path",

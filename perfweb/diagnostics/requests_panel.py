@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from contract.api import RUN_WORKLOAD_PATH
 from perfweb.dashboard.panels import Panel
 from perfweb.diagnostics.formatting import format_value
 from perfweb.diagnostics.workload import run_request_stats
 from perfweb.runs.models import Run
-from recommender.coverage import workload_kind
+from perfweb_contract.api import RUN_WORKLOAD_PATH
+from perfweb_recommender.coverage import workload_kind
 
 
 def requests_panel(*, run: Run, user: Any) -> Panel | None:

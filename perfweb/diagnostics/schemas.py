@@ -8,8 +8,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from contract import protocol
 from perfweb.runs.fields import Invalid, integer, obj, string, unix_time
+from perfweb_contract import protocol
 
 NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 SHA256_RE = re.compile(r"^[0-9a-fA-F]{64}$")

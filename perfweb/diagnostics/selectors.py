@@ -9,15 +9,15 @@ from typing import Any
 from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
 
-from contract.api import RUN_TRACE_PATH
 from perfweb.diagnostics import conf
 from perfweb.diagnostics.fix_knobs import fix_knobs
 from perfweb.diagnostics.models import Finding, RunDiagnosis, Trace
 from perfweb.diagnostics.summaries import summary_is_current
 from perfweb.diagnostics.workload import run_workload_coverage
 from perfweb.runs.models import Run
-from recommender.rules.base import Evidence, Fix
-from recommender.rules.base import Finding as RuleFinding
+from perfweb_contract.api import RUN_TRACE_PATH
+from perfweb_recommender.rules.base import Evidence, Fix
+from perfweb_recommender.rules.base import Finding as RuleFinding
 
 RECENT = timedelta(days=1)  # the sweep looks at runs seen within this
 SWEEP_LIMIT = 200  # runs enqueued per beat tick at most
@@ -107,7 +107,7 @@ def trace_download_url(*, run: Run, trace: Trace) -> str:
 
 
 def trace_tables_of(trace: Trace) -> dict[str, Any] | None:
-    """The stored operator/kernel tables (recommender.analysis.trace_tables), or None."""
+    """The stored operator/kernel tables (perfweb_recommender.analysis.trace_tables), or None."""
     stored = trace.summary or {}
     return stored.get("tables") if summary_is_current(stored) else None
 

@@ -27,13 +27,13 @@ from perfweb.diagnostics.summaries import summary_is_current, summary_to_json
 from perfweb.projects.models import Project
 from perfweb.runs.models import Run, RunProcess
 from perfweb.runs.services import RunNotFound, run_heartbeat
-from recommender.analysis.summary import summarize
-from recommender.analysis.trace_tables import trace_tables
-from recommender.api import analyze_evidence
-from recommender.errors import InputError
-from recommender.rules.base import Finding as RuleFinding
-from recommender.rules.base import rank_findings
-from recommender.trace.loader import load_trace
+from perfweb_recommender.analysis.summary import summarize
+from perfweb_recommender.analysis.trace_tables import trace_tables
+from perfweb_recommender.api import analyze_evidence
+from perfweb_recommender.errors import InputError
+from perfweb_recommender.rules.base import Finding as RuleFinding
+from perfweb_recommender.rules.base import rank_findings
+from perfweb_recommender.trace.loader import load_trace
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
-"""A run's workload as stored: what the agent saw of it (recommender.coverage) and, for an
-inference run, its request statistics (recommender.inference). Reads only.
+"""A run's workload as stored: what the agent saw of it (perfweb_recommender.coverage) and, for an
+inference run, its request statistics (perfweb_recommender.inference). Reads only.
 
 Counts come from the series' chunk summaries (exact, nothing decoded). Latency percentiles
 need raw requests, so they are computed over the latest window that holds at most
@@ -15,14 +15,14 @@ from typing import Any
 
 from django.db.models import Max
 
-from contract.protocol import STEP_DURATION
 from perfweb.diagnostics.evidence import STEP_POINTS, stored_steps
 from perfweb.diagnostics.models import Trace
 from perfweb.runs.models import Run
 from perfweb.series.models import Chunk
 from perfweb.series.selectors import series_read, series_span
-from recommender.coverage import Coverage, run_coverage
-from recommender.inference import BATCH_SIZE, RequestStats, request_stats
+from perfweb_contract.protocol import STEP_DURATION
+from perfweb_recommender.coverage import Coverage, run_coverage
+from perfweb_recommender.inference import BATCH_SIZE, RequestStats, request_stats
 
 JOB_DEVICES = r"^(process|workers)(:\d+)?$"  # the job's own processes (DeviceNaming)
 

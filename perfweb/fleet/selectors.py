@@ -16,8 +16,8 @@ from perfweb.fleet.models import GpuPrice
 from perfweb.fleet.waste import HOUR, GpuTime, core_hours, gpu_time, kwh
 from perfweb.runs.models import Device, Run
 from perfweb.series.recent import recent_samples
-from recommender.conditions import Series
-from recommender.rules.cross_run import REGRESSION_ID
+from perfweb_recommender.conditions import Series
+from perfweb_recommender.rules.cross_run import REGRESSION_ID
 
 WINDOWS = {"day": 86_400.0, "week": 7 * 86_400.0, "month": 30 * 86_400.0}
 NAMES = ("gpu.utilization", "gpu.memory_used", "gpu.energy", "process.cpu_percent")

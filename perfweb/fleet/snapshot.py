@@ -12,13 +12,13 @@ import numpy as np
 from django.db.models import Count
 from django.utils import timezone
 
-from contract.protocol import STEP_DATA_WAIT, STEP_DURATION
 from perfweb.diagnostics.models import Finding
 from perfweb.projects.models import Project
 from perfweb.runs.models import Run
 from perfweb.series.recent import recent_samples
-from recommender.conditions import Series
-from recommender.coverage import workload_kind
+from perfweb_contract.protocol import STEP_DATA_WAIT, STEP_DURATION
+from perfweb_recommender.conditions import Series
+from perfweb_recommender.coverage import workload_kind
 
 # stored metric -> (exported name, help). Gauges of the latest sample of each device.
 LATEST_GAUGES: dict[str, tuple[str, str]] = {
@@ -113,7 +113,7 @@ def fleet_snapshot(*, project: Project, now: float | None = None) -> Snapshot:
 
 
 def _labels(run: Run) -> RunLabels:
-    """The run's labels; `kind` as every other page labels it (recommender.coverage)."""
+    """The run's labels; `kind` as every other page labels it (perfweb_recommender.coverage)."""
     facts = run.facts if isinstance(run.facts, dict) else {}
     return RunLabels(
         run=run.run_id, run_name=run.name, host=run.host,

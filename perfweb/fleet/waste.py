@@ -10,7 +10,7 @@ sampling: NVML missing, the process paused, data lost). Covered time is sorted i
   `HELD_MEMORY_BYTES` (the alert `gpu.idle_memory_held` watches the same);
 - low utilisation: the rest (the GPU is the job's, mostly waiting).
 
-The thresholds are recommender.thresholds', which the rules and the alerts read too, so the
+The thresholds are perfweb_recommender.thresholds', which the rules and the alerts read too, so the
 page, the findings and the alerts agree on what "low" and "holding memory" mean.
 """
 
@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from recommender.conditions import Series
-from recommender.thresholds import HELD_MEMORY_BYTES, LOW_UTILIZATION_PCT
+from perfweb_recommender.conditions import Series
+from perfweb_recommender.thresholds import HELD_MEMORY_BYTES, LOW_UTILIZATION_PCT
 
 IDLE_PERCENT = 5.0
 MAX_SAMPLE_GAP_S = 10.0  # the agent samples every second; a longer gap is not guessed at

@@ -10,10 +10,10 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
-from agent.abstats import AGREEMENT_RTOL, AGREEMENT_TOP1_MIN
-from contract.verdicts import VERDICT_LABELS
 from perfweb.projects.models import Project
 from perfweb.runs.models import Run
+from perfweb_agent.ab.stats import AGREEMENT_RTOL, AGREEMENT_TOP1_MIN
+from perfweb_contract.verdicts import VERDICT_LABELS
 
 
 class Job(models.Model):
@@ -37,7 +37,7 @@ class Job(models.Model):
     time_budget_s = models.PositiveIntegerField(default=1800)  # no extra round past this
     steps = models.PositiveIntegerField(default=20)
     warmup = models.PositiveIntegerField(default=3)
-    # Output agreement a faster candidate must keep to count as verified (agent/abstats.py):
+    # Output agreement a faster candidate must keep to count as verified (agent/ab/stats.py):
     # top-1 agreement at least `agreement_top1`, max relative difference at most `agreement_rtol`.
     agreement_top1 = models.FloatField(default=AGREEMENT_TOP1_MIN)
     agreement_rtol = models.FloatField(default=AGREEMENT_RTOL)

@@ -8,11 +8,11 @@ from typing import Any
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import QuerySet
 
-from agent.abstats import before_after_rows
-from contract.verdicts import CHANGES_RESULTS
 from perfweb.jobs.models import FixVerification, Job
 from perfweb.jobs.services import changes_results_reason, claim_ttl
 from perfweb.runs.models import Run
+from perfweb_agent.ab.stats import before_after_rows
+from perfweb_contract.verdicts import CHANGES_RESULTS
 
 
 def job_queryset(*, user: AbstractBaseUser | AnonymousUser) -> QuerySet[Job]:
@@ -72,7 +72,7 @@ def job_state(*, job: Job) -> dict[str, Any]:
         "arms": arms,
         "result": job.result,
         "kind": (job.result or {}).get("kind", ""),  # training | inference | unknown
-        # the before/after table the page and `perf-agent ab` print (agent.abstats)
+        # the before/after table the page and `perf-agent ab` print (perfweb_agent.ab.stats)
         "before_after": before_after_rows(job.result) if job.result else [],
         "results_check": results_check(job=job),
         "agreement_top1": job.agreement_top1,
@@ -142,7 +142,7 @@ def measured_gains_for_run(*, run: Run) -> dict[str, dict[str, Any]]:
 
 
 def verified_gains_for_run(*, run: Run) -> dict[str, float]:
-    """`recommender.evidence.Evidence.verified_gains` for this run: finding id -> the gain
+    """`perfweb_recommender.evidence.Evidence.verified_gains` for this run: finding id -> the gain
     to rank by (the measured gain when verified, 0 when refuted). An inconclusive
     measurement is left out: the finding keeps its estimate."""
     return {

@@ -5,7 +5,7 @@ carries the claim secret it got (only its sha256 is stored), so only the runner 
 a job can write to it, and a runner whose claim expired (or a job cancelled meanwhile) cannot
 write a result. Claims are only for a host that an agent of the project recorded. The
 result is never taken from the runner: speed-up, interval and verdict are recomputed here
-from the stored per-round arms with the A/B engine's own function (agent/abstats.py).
+from the stored per-round arms with the A/B engine's own function (agent/ab/stats.py).
 Knob settings are checked against the closed list of contract/knobs.py here and again on the
 runner. docs/security.md has the threat model.
 """
@@ -26,7 +26,11 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from agent.abstats import (
+from perfweb.jobs.models import FixVerification, Job, JobArm
+from perfweb.jobs.signals import fix_verification_changed
+from perfweb.projects.models import Membership, Project
+from perfweb.runs.models import Run
+from perfweb_agent.ab.stats import (
     AGREEMENT_RTOL,
     AGREEMENT_TOP1_MIN,
     Comparison,
@@ -37,12 +41,8 @@ from agent.abstats import (
     stop_of,
     stop_sentence,
 )
-from contract.knobs import FINDING_KNOBS, KNOBS, KnobError, validate_knobs
-from contract.verdicts import CHANGES_RESULTS, FASTER, INCONCLUSIVE, VERDICT_LABELS
-from perfweb.jobs.models import FixVerification, Job, JobArm
-from perfweb.jobs.signals import fix_verification_changed
-from perfweb.projects.models import Membership, Project
-from perfweb.runs.models import Run
+from perfweb_contract.knobs import FINDING_KNOBS, KNOBS, KnobError, validate_knobs
+from perfweb_contract.verdicts import CHANGES_RESULTS, FASTER, INCONCLUSIVE, VERDICT_LABELS
 
 SIZE_LIMITS = {"rounds": (1, 20), "steps": (3, 1000), "warmup": (0, 100)}
 # A job's output-agreement tolerance: top-1 agreement at least this share, the max relative
@@ -288,7 +288,7 @@ def _bytes(arm: Mapping[str, Any], name: str) -> int | None:
 
 
 def _outputs(raw: Any) -> dict[str, Any] | None:
-    """The candidate's output-agreement summary (agent/aboutputs.py), checked field by field;
+    """The candidate's output-agreement summary (agent/ab/outputs.py), checked field by field;
     unknown keys are dropped: what is stored is what the server understands."""
     if raw is None:
         return None
@@ -348,7 +348,7 @@ def job_comparison(*, job: Job) -> Comparison:
 
 
 def _arm_dict(arm: JobArm) -> dict[str, Any]:
-    """A stored arm in the shape the runner posted it (`agent.ab.Arm.to_dict()`)."""
+    """A stored arm in the shape the runner posted it (`perfweb_agent.ab.engine.Arm.to_dict()`)."""
     return {
         "step_s": arm.step_s, "loss": arm.loss, "kind": arm.kind,
         "batch_sizes": arm.batch_sizes, "peak_rss_bytes": arm.peak_rss_bytes,
@@ -421,7 +421,7 @@ def job_finding_id(*, job: Job) -> str:
 
 def changes_results_reason(result: Mapping[str, Any]) -> str:
     """Why a faster result is not verified, in one line with its numbers (the engine's
-    words, `agent.abstats.changed_results_note`; the run page's badge says it)."""
+    words, `perfweb_agent.ab.stats.changed_results_note`; the run page's badge says it)."""
     note = changed_results_note({**result, "verdict": CHANGES_RESULTS}) or "results moved"
     return f"{CHANGES_RESULTS}: {note}"[:200]
 

@@ -15,13 +15,13 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from agent.abstats import AGREEMENT_RTOL, AGREEMENT_TOP1_MIN
-from contract.knobs import KNOBS, KnobError, parse_knobs, whole_number
 from perfweb.api.http import BadRequest, json_response, read_json
 from perfweb.dashboard import assets
 from perfweb.diagnostics.fix_knobs import finding_knobs
 from perfweb.jobs import selectors, services
 from perfweb.runs.selectors import run_get_for_user
+from perfweb_agent.ab.stats import AGREEMENT_RTOL, AGREEMENT_TOP1_MIN
+from perfweb_contract.knobs import KNOBS, KnobError, parse_knobs, whole_number
 
 
 @require_http_methods(["GET", "POST"])

@@ -180,7 +180,7 @@ def numbers(value: Any, path: str, *, integers: bool = False) -> np.ndarray:
 
 def packed(value: str, path: str) -> np.ndarray:
     """A packed array's values: `value` is the standard base64 (with padding) of
-    little-endian float64s, as contract.protocol.pack_floats writes them."""
+    little-endian float64s, as perfweb_contract.protocol.pack_floats writes them."""
     try:
         data = binascii.a2b_base64(value, strict_mode=True)
     except (binascii.Error, ValueError):

@@ -9,7 +9,6 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from contract import protocol
 from perfweb.runs.fields import (
     LATEST_TIME,
     Invalid,
@@ -27,6 +26,7 @@ from perfweb.runs.fields import (
     unix_time,
 )
 from perfweb.runs.samples import SampleBlock, Samples
+from perfweb_contract import protocol
 
 MAX_SERIES_PER_BATCH = 10_000
 MAX_DEVICES = 1_000

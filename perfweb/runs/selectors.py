@@ -14,9 +14,9 @@ from typing import Any
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import QuerySet
 
-from contract import protocol
 from perfweb.projects.models import Project
 from perfweb.runs.models import Run
+from perfweb_contract import protocol
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 500

@@ -11,11 +11,11 @@ from datetime import UTC, datetime, timedelta
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from contract import protocol
 from perfweb.projects.models import Project
 from perfweb.runs.models import Device, Run, RunProcess
 from perfweb.runs.schemas import DeviceInfo, FinishRequest, StartRequest
 from perfweb.runs.signals import run_ended
+from perfweb_contract import protocol
 
 
 class RunNotFound(Exception):

@@ -3,7 +3,7 @@
 The evaluator reads a few minutes of a few metrics for every running run on every tick (and
 a /metrics scrape the latest of every live run), so this reads the chunks of all of them in
 two queries instead of one read per run and series, decoded by the chunk format's one codec.
-The samples come back as the alert conditions' `Series` (recommender.conditions).
+The samples come back as the alert conditions' `Series` (perfweb_recommender.conditions).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from django.db.models import Max
 from perfweb.series import codec
 from perfweb.series.models import Chunk
 from perfweb.series.models import Series as SeriesRow
-from recommender.conditions import Series
+from perfweb_recommender.conditions import Series
 
 SeriesKey = tuple[str, str]  # (device, metric name)
 

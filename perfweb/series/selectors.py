@@ -19,10 +19,10 @@ from django.db import connection
 from django.db.models import Max, Min, Sum
 from tsdownsample import MinMaxLTTBDownsampler
 
-from contract.protocol import METRICS
 from perfweb.runs.models import Run
 from perfweb.series import codec
 from perfweb.series.models import Chunk, Series
+from perfweb_contract.protocol import METRICS
 
 OVERSAMPLING = 16
 RAW, FINE, COARSE, EXTREMES = "data", "rollup_fine", "rollup_coarse", "extremes"

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from recommender.analysis.intervals import merge, overlap_length, sweep_by_mask, total
-from recommender.trace.model import (
+from perfweb_recommender.analysis.intervals import merge, overlap_length, sweep_by_mask, total
+from perfweb_recommender.trace.model import (
     KIND_KERNEL,
     KIND_MEMCPY,
     KIND_MEMSET,

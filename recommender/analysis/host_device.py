@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from recommender.analysis.intervals import merge, overlap_length, total
-from recommender.trace.classify import (
+from perfweb_recommender.analysis.intervals import merge, overlap_length, total
+from perfweb_recommender.trace.classify import (
     collective_kind,
     fusible_family,
     is_conv_kernel,
@@ -16,7 +16,7 @@ from recommender.trace.classify import (
     is_tensor_core_kernel,
     memcpy_kind,
 )
-from recommender.trace.model import (
+from perfweb_recommender.trace.model import (
     CPU_OP,
     KIND_KERNEL,
     KIND_MEMCPY,

@@ -14,7 +14,7 @@ import dataclasses
 
 import numpy as np
 
-from recommender.trace.model import RankTrace
+from perfweb_recommender.trace.model import RankTrace
 
 
 def hta_rounded(trace: RankTrace) -> RankTrace:

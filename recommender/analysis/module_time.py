@@ -16,7 +16,7 @@ import re
 
 import numpy as np
 
-from recommender.trace.model import CPU_OP, RankTrace
+from perfweb_recommender.trace.model import CPU_OP, RankTrace
 
 # Top-level operator names per module kind (an outer name only: its callees nest inside).
 MODULE_OPS: dict[str, tuple[str, ...]] = {
@@ -114,7 +114,7 @@ def mean_call_us(times: dict[str, float], kind: str) -> float | None:
     return times.get(f"{kind}_us", 0.0) / calls if calls else None
 
 
-_WINDOW_NAME = re.compile(r"-step(\d+)-(\d+)\.pt\.trace")  # agent/profiler.py's window name
+_WINDOW_NAME = re.compile(r"-step(\d+)-(\d+)\.pt\.trace")  # agent/runtime/profiler.py's window name
 
 
 def window_requests(source: str) -> int | None:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from recommender.analysis.intervals import merge
-from recommender.trace.model import (
+from perfweb_recommender.analysis.intervals import merge
+from perfweb_recommender.trace.model import (
     CPU_DATALOADER,
     KIND_KERNEL,
     KIND_MEMCPY,

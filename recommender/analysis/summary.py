@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from recommender.analysis import gpu_time, host_device, steps
-from recommender.analysis.module_time import module_time
-from recommender.trace.model import RankTrace
+from perfweb_recommender.analysis import gpu_time, host_device, steps
+from perfweb_recommender.analysis.module_time import module_time
+from perfweb_recommender.trace.model import RankTrace
 
 # CPU operators whose presence is evidence for a diagnosis (counted per trace).
 MARKER_OPS = (

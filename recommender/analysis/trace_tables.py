@@ -5,7 +5,7 @@
   time: the GPU time (kernels, memcpy, memset) of what the op launched itself (self) or
   through any op nested in it (total), joined through the launch's `correlation` id.
 - Kernels: every GPU kernel by name — count, total, mean, and whether its name says tensor
-  cores (`recommender.trace.classify`).
+  cores (`perfweb_recommender.trace.classify`).
 - Per profiler step: the window's step count, so two windows of different length compare per
   step (`trace_diff.py`).
 
@@ -22,9 +22,9 @@ from typing import Any
 
 import msgspec
 
-from recommender.errors import InputError
-from recommender.trace.classify import is_tensor_core_kernel
-from recommender.trace.loader import read_bytes
+from perfweb_recommender.errors import InputError
+from perfweb_recommender.trace.classify import is_tensor_core_kernel
+from perfweb_recommender.trace.loader import read_bytes
 
 TOP_ROWS = 200  # operators / kernels kept per table (by time); the diff reads these too
 _OP_CATS = frozenset({"cpu_op", "Operator"})

@@ -4,21 +4,26 @@ from __future__ import annotations
 
 import logging
 
-from recommender.evidence import RunEvidence
-from recommender.rules import (  # noqa: F401 (importing registers the rules)
+from perfweb_recommender.evidence import RunEvidence
+from perfweb_recommender.rules import (  # noqa: F401 (importing registers the rules)
+    attention,
+    batch,
+    copy,
     cpu,
-    data_path,
+    cudnn,
     dataloader,
     distributed,
     fusion,
+    gpu,
     inference,
+    launch,
     memory,
     model,
-    operator,
-    system,
+    precision,
+    sync,
 )
-from recommender.rules.base import REGISTRY, Finding, rank_findings
-from recommender.rules.sharing import share_overlapping_gains
+from perfweb_recommender.rules.base import REGISTRY, Finding, rank_findings
+from perfweb_recommender.rules.sharing import share_overlapping_gains
 
 log = logging.getLogger(__name__)
 

@@ -11,8 +11,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from contract.knobs import FINDING_KNOBS, KnobError, KnobValue, format_knobs, validate_knobs
-from recommender.evidence import RunEvidence
+from perfweb_contract.knobs import FINDING_KNOBS, KnobError, KnobValue, format_knobs, validate_knobs
+from perfweb_recommender.evidence import RunEvidence
 
 RISK_CLASSES = ("data-path", "operator", "distributed", "model", "system")
 # Discount per risk class: the cheapest safe changes first (FIXES.md). A model-class finding
@@ -84,7 +84,7 @@ class Evidence:
 @dataclass(frozen=True)
 class Fix:
     """What to do: text, a short code snippet, and the typed knob settings an optimisation
-    job can apply (`{"num_workers": 3}`; contract.knobs), checked against the catalogue when
+    job can apply (`{"num_workers": 3}`; perfweb_contract.knobs), checked against the catalogue when
     the rule fires (`finding`). The snippet shows the same value the job applies."""
 
     text: str
@@ -227,7 +227,7 @@ def finding(
 
 
 def checked_fix(rule_id: str, fix: Fix) -> Fix:
-    """`fix` with its knob values checked against the catalogue (contract.knobs) and typed;
+    """`fix` with its knob values checked against the catalogue (perfweb_contract.knobs) and typed;
     KnobError when a value is off the closed list or out of bounds, or the knob is not the
     one FIXES.md names for `rule_id` (a faulty rule, which `diagnose` logs and skips)."""
     if not fix.knobs:

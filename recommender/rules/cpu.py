@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import statistics
 
-from recommender.evidence import RunEvidence
-from recommender.rules.base import Evidence, Finding, Fix, counted, finding, rule
-from recommender.rules.cpu_budget import CoreBudget, core_budget
-from recommender.rules.signals import loop_busy_share, ranks_per_host, usable_cores
+from perfweb_recommender.evidence import RunEvidence
+from perfweb_recommender.rules.base import Evidence, Finding, Fix, counted, finding, rule
+from perfweb_recommender.rules.cpu_budget import CoreBudget, core_budget
+from perfweb_recommender.rules.signals import loop_busy_share, ranks_per_host, usable_cores
 
 OVERSUBSCRIPTION_MIN = 1.0  # busy threads / usable cores above this oversubscribes
 OVERSUBSCRIPTION_COST = 0.15  # share of CPU-side time lost per 1x of oversubscription
@@ -151,7 +151,7 @@ def cpu_bound(evidence: RunEvidence) -> Finding | None:
 
 HOST_BUSY_PCT = 85.0  # host-wide CPU (% of all cores) at or above this counts as busy
 STARVED_SHARE = 0.6  # the job getting at most this share of the cores its threads ask
-HOST_DEVICE = "host"  # host-wide series (contract.protocol): every process on the host
+HOST_DEVICE = "host"  # host-wide series (perfweb_contract.protocol): every process on the host
 LOOP_BUSY_MIN = 0.25  # a loop inside its steps/requests less than this share of the time
 # mostly waits for work (a serving loop between requests): it asks for no cores
 

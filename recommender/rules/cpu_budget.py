@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from recommender.evidence import RunEvidence
-from recommender.rules.signals import data_wait_share, ranks_per_host, usable_cores
-from recommender.thresholds import DATA_WAIT_SHARE_MIN
+from perfweb_recommender.evidence import RunEvidence
+from perfweb_recommender.rules.signals import data_wait_share, ranks_per_host, usable_cores
+from perfweb_recommender.thresholds import DATA_WAIT_SHARE_MIN
 
 DATA_BOUND_SHARE = DATA_WAIT_SHARE_MIN  # the same "input bound" as dataloader.num_workers
 IDLE_WORKERS_SHARE = 0.5  # not data-bound: at most this share of a rank's cores for workers

@@ -2,15 +2,15 @@
 reads one run's evidence; these need a second run, which the server's adapter supplies).
 
 `run.regression`: the run's median step time (or request latency) is worse than its job's
-baseline run beyond the noise (`recommender.analysis.regression`).
+baseline run beyond the noise (`perfweb_recommender.analysis.regression`).
 """
 
 from __future__ import annotations
 
 import inspect
 
-from recommender.analysis.regression import MedianRatio
-from recommender.rules.base import Evidence, Finding, Fix
+from perfweb_recommender.analysis.regression import MedianRatio
+from perfweb_recommender.rules.base import Evidence, Finding, Fix
 
 REGRESSION_ID = "run.regression"
 REGRESSION_CONFIDENCE = 0.8  # the interval says "slower"; that the cause is fixable, less so

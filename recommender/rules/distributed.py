@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import statistics
 
-from recommender.analysis.summary import TraceSummary
-from recommender.evidence import RunEvidence
-from recommender.rules.base import Evidence, Finding, Fix, finding, rule
-from recommender.rules.signals import per_step, ranks_per_host
+from perfweb_recommender.analysis.summary import TraceSummary
+from perfweb_recommender.evidence import RunEvidence
+from perfweb_recommender.rules.base import Evidence, Finding, Fix, finding, rule
+from perfweb_recommender.rules.signals import per_step, ranks_per_host
 
 DATAPARALLEL_PRIOR_GAIN = 0.3  # DDP vs DataParallel: GIL-bound scatter/replicate/gather
 WRONG_BACKEND_PRIOR_GAIN = 0.3  # gloo vs NCCL for GPU collectives (no trace)

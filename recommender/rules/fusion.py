@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from recommender.analysis.summary import TraceSummary
-from recommender.evidence import RunEvidence
-from recommender.rules.base import Evidence, Finding, Fix, finding, rule
+from perfweb_recommender.analysis.summary import TraceSummary
+from perfweb_recommender.evidence import RunEvidence
+from perfweb_recommender.rules.base import Evidence, Finding, Fix, finding, rule
 
 FUSIBLE_SHARE_MIN = 0.4  # elementwise + normalisation + concat, fraction of kernel time
 FUSION_SAVING = 0.5  # prior: share of that time fusion removes (fewer round trips to memory)

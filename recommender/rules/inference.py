@@ -3,7 +3,7 @@ Linear-dominated full-precision models.
 
 They read the agent's facts about the workload (`workload.kind`, `training.backward`), its
 request series and, for the model rules, the facts about its primary outermost module
-(`model.*`, `inference.grad_enabled`, see agent/model_facts.py). Ordered as the field tunes
+(`model.*`, `inference.grad_enabled`, see agent/runtime/model_facts.py). Ordered as the field tunes
 serving: data path (zero risk), operators (a numerics check), then the model (accuracy risk).
 """
 
@@ -14,12 +14,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from recommender.analysis.module_time import MODULE_OPS, kind_share, window_requests
-from recommender.coverage import workload_kind
-from recommender.evidence import RunEvidence
-from recommender.inference import BATCH_SIZE
-from recommender.rules.base import Evidence, Finding, Fix, finding, rule
-from recommender.rules.signals import loop_busy_share, usable_cores
+from perfweb_recommender.analysis.module_time import MODULE_OPS, kind_share, window_requests
+from perfweb_recommender.coverage import workload_kind
+from perfweb_recommender.evidence import RunEvidence
+from perfweb_recommender.inference import BATCH_SIZE
+from perfweb_recommender.rules.base import Evidence, Finding, Fix, finding, rule
+from perfweb_recommender.rules.signals import loop_busy_share, usable_cores
 
 ONE_BY_ONE_MAX_SAMPLES = 2.0  # a median batch of at most this many samples is "one by one"
 LOW_UTILIZATION_SHARE = 0.5  # the device busy below this share of the time
@@ -380,5 +380,41 @@ def inference_channels_last(evidence: RunEvidence) -> Finding | None:
             snippet="model = model.to(memory_format=torch.channels_last)\n"
             "batch = batch.contiguous(memory_format=torch.channels_last)",
             knobs={"channels_last": True},
+        ),
+    )
+
+
+UNCOMPILED_INFERENCE_PRIOR_GAIN = 0.3  # eager fp32 vs a compiled / reduced-precision runtime
+
+
+@rule("inference.compile_runtime", risk="model")
+def inference_compile_runtime(evidence: RunEvidence) -> Finding | None:
+    """What: an inference workload runs in eager fp32.
+
+    Why: an inference runtime (TensorRT, ONNX Runtime, torch.compile) fuses operators and uses
+    reduced precision; eager fp32 leaves most of that speed unused.
+
+    Fix: compile or export the model and check its accuracy on held-out data first.
+    """
+    if evidence.fact("training.backward") is not False or not evidence.steps:
+        return None
+    if evidence.fact("amp.autocast") is True or not evidence.uses_cuda():
+        return None
+    if any(t.compiled for t in evidence.traces):
+        return None  # already compiled (CompiledFxGraph / Triton kernels in its trace)
+    return finding(
+        "inference.compile_runtime",
+        title="Inference in eager fp32",
+        confidence=0.4,
+        gain=UNCOMPILED_INFERENCE_PRIOR_GAIN,
+        basis=f"prior: {UNCOMPILED_INFERENCE_PRIOR_GAIN:.0%} from fusion and reduced precision",
+        evidence=[
+            Evidence("backward ever ran", False, "flag", "facts"),
+            Evidence("autocast", False, "flag", "facts"),
+        ],
+        fix=Fix(
+            text="Compile the model (check accuracy before deploying).",
+            snippet='model = torch.compile(model)  # mode="max-autotune": longer compile, faster',
+            knobs={"compile": "default"},  # what "Try this fix" measures, with output agreement
         ),
     )

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from contract.knobs import KNOBS
-from recommender.evidence import RunEvidence
-from recommender.rules.base import Evidence, Finding, Fix, finding, rule
+import statistics
 
-LOW_UTILIZATION_PCT = 50.0  # GPU utilisation below this leaves room for a larger batch
-MEMORY_HEADROOM_MAX = 0.5  # peak memory / device memory below this leaves room
+from perfweb_recommender.evidence import RunEvidence
+from perfweb_recommender.rules.base import Evidence, Finding, Fix, finding, rule, times
+from perfweb_recommender.rules.signals import per_step, trace_share
+
 OOM_RISK_SHARE = 0.9  # peak memory / device memory above this risks OOM
-LARGER_BATCH_RECOVERABLE = 0.3  # share of the GPU's idle time a 2x batch recovers (prior)
-BATCH_SIZE_MAX = KNOBS["batch_size"].maximum  # samples: the most the knob may set
 
 
 def _memory_total(evidence: RunEvidence) -> float | None:
@@ -26,56 +24,6 @@ def _memory_total(evidence: RunEvidence) -> float | None:
 def _peak_memory(evidence: RunEvidence) -> float | None:
     values = evidence.values("torch.cuda_peak") or evidence.values("gpu.memory_used")
     return max(values) if values else None
-
-
-@rule("batch.increase", risk="operator")
-def batch_increase(evidence: RunEvidence) -> Finding | None:
-    """What: the GPU is mostly idle and most of its memory is unused.
-
-    Why: small batches leave the GPU's parallelism unused and pay per-step fixed costs (launch,
-    optimizer, synchronisation) more often per sample.
-
-    Fix: raise the batch size (and the learning rate with it), or accumulate gradients.
-    """
-    utilization = evidence.values("gpu.utilization")
-    total, peak = _memory_total(evidence), _peak_memory(evidence)
-    if len(utilization) < 5 or total is None or peak is None:
-        return None
-    util = sorted(utilization)[len(utilization) // 2]
-    headroom = peak / total
-    if util >= LOW_UTILIZATION_PCT or headroom >= MEMORY_HEADROOM_MAX:
-        return None
-    return finding(
-        "batch.increase",
-        title=f"GPU {util:.0f}% busy using {headroom:.0%} of its memory",
-        confidence=0.5,
-        gain=(1 - util / 100) * LARGER_BATCH_RECOVERABLE,
-        basis=f"{LARGER_BATCH_RECOVERABLE:.0%} of the GPU's idle share (prior for a 2x batch)",
-        evidence=[
-            Evidence("GPU utilisation (median)", util, "%", "metrics"),
-            Evidence("peak memory / device memory", headroom, "fraction", "metrics"),
-        ],
-        fix=_larger_batch_fix(evidence),
-    )
-
-
-def _larger_batch_fix(evidence: RunEvidence) -> Fix:
-    """Twice the DataLoader's recorded batch size; without one there is no value to try."""
-    sizes = [d.get("batch_size") for d in evidence.dataloaders()]
-    batch = next((b for b in sizes if isinstance(b, int) and not isinstance(b, bool)), None)
-    if batch is None or batch < 1:
-        return Fix(
-            text="Double the batch size while memory allows; scale the learning rate. (The "
-            "run recorded no DataLoader batch size, so there is no value to measure as a job.)",
-            snippet="DataLoader(dataset, batch_size=2 * batch_size, ...)",
-        )
-    target = min(2 * batch, BATCH_SIZE_MAX)
-    return Fix(
-        text=f"Double the batch size from {batch} to {target} while memory allows; scale the "
-        "learning rate.",
-        snippet=f"DataLoader(dataset, batch_size={target}, ...)  # was {batch}",
-        knobs={"batch_size": target},
-    )
 
 
 @rule("memory.oom_risk", risk="operator")
@@ -104,3 +52,92 @@ def memory_oom_risk(evidence: RunEvidence) -> Finding | None:
             "y = checkpoint(block, x, use_reentrant=False)",
         ),
     )
+
+
+EMPTY_CACHE_PER_STEP_MIN = 1.0  # torch.cuda.empty_cache() calls per step
+EMPTY_CACHE_PRIOR_GAIN = 0.10  # no trace: cudaFree + re-cudaMalloc of the cache every step
+ALLOC_CALLS_PER_STEP_MIN = 1.0  # cudaMalloc/cudaFree per steady step
+RESERVED_OVER_ALLOCATED_MIN = 1.5  # reserved / allocated bytes, median over the run
+
+
+@rule("memory.empty_cache_in_loop", risk="data-path")
+def memory_empty_cache_in_loop(evidence: RunEvidence) -> Finding | None:
+    """What: `torch.cuda.empty_cache()` runs every step (or more often).
+
+    Why: it returns the caching allocator's free blocks to the driver; the next step must
+    cudaMalloc them again, and cudaMalloc/cudaFree synchronise the device.
+
+    Fix: remove the call from the training loop (call it at most between phases).
+    """
+    calls = float(evidence.fact("cuda.empty_cache_per_step", 0.0) or 0.0)
+    if calls < EMPTY_CACHE_PER_STEP_MIN:
+        return None
+    items = [Evidence("empty_cache calls per step", calls, "calls", "facts")]
+    gain, basis = EMPTY_CACHE_PRIOR_GAIN, "prior: re-allocating the cache each step (no trace)"
+    confidence = 0.9
+    if not evidence.uses_cuda():
+        confidence = 0.5
+        basis += "; a no-op without CUDA, a cost as soon as this loop runs on a GPU"
+    for trace in evidence.traces:
+        alloc_us = sum(v["us"] for v in trace.allocator.values())
+        if alloc_us > 0 and trace.steps:
+            gain = trace_share(trace, alloc_us)
+            basis = "Amdahl on the measured cudaMalloc/cudaFree time per step"
+            items.append(Evidence("cudaMalloc/cudaFree share of step", gain, "fraction", "trace"))
+            break
+    return finding(
+        "memory.empty_cache_in_loop",
+        title=f"torch.cuda.empty_cache() is called {times(calls)} per step",
+        confidence=confidence,
+        gain=gain,
+        basis=basis,
+        evidence=items,
+        fix=Fix(
+            text="Delete torch.cuda.empty_cache() from the training loop.",
+            snippet="for batch in loader:\n    ...\n    # torch.cuda.empty_cache()  # remove",
+            knobs={"empty_cache": "off"},
+        ),
+    )
+
+@rule("memory.fragmentation", risk="data-path")
+def memory_fragmentation(evidence: RunEvidence) -> Finding | None:
+    """What: the allocator reserves far more memory than tensors use, and keeps calling
+    cudaMalloc/cudaFree in steady state.
+
+    Why: fragmented caching-allocator segments cannot be reused for new sizes, so it grows and
+    frees segments, each call synchronising the device.
+
+    Fix: `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`, or preallocate fixed-size buffers.
+    """
+    reserved = evidence.values("torch.cuda_reserved")
+    allocated = evidence.values("torch.cuda_allocated")
+    ratio = None
+    if reserved and allocated and statistics.median(allocated) > 0:
+        ratio = statistics.median(reserved) / statistics.median(allocated)
+    for trace in evidence.traces:
+        calls = sum(v["count"] for v in trace.allocator.values())
+        if not trace.steps or per_step(trace, calls) < ALLOC_CALLS_PER_STEP_MIN:
+            continue
+        if ratio is not None and ratio < RESERVED_OVER_ALLOCATED_MIN:
+            continue
+        share = trace_share(trace, sum(v["us"] for v in trace.allocator.values()))
+        items = [
+            Evidence("cudaMalloc/cudaFree per step", per_step(trace, calls), "calls", "trace"),
+            Evidence("share of step time", share, "fraction", "trace"),
+        ]
+        if ratio is not None:
+            items.append(Evidence("reserved / allocated", ratio, "ratio", "metrics"))
+        return finding(
+            "memory.fragmentation",
+            title=f"cudaMalloc/cudaFree {times(round(per_step(trace, calls), 1))} per step",
+            confidence=0.7 if ratio is not None else 0.5,
+            gain=share,
+            basis="Amdahl on the measured cudaMalloc/cudaFree time",
+            evidence=items,
+            fix=Fix(
+                text="Let the allocator grow segments instead of fragmenting them.",
+                snippet="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python train.py",
+                knobs={"expandable_segments": True},
+            ),
+        )
+    return None

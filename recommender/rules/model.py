@@ -9,10 +9,10 @@ confidence).
 
 from __future__ import annotations
 
-from recommender.analysis.module_time import kind_share, mean_call_us
-from recommender.evidence import RunEvidence
-from recommender.rules.base import Evidence, Finding, Fix, finding, rule
-from recommender.rules.inference import (
+from perfweb_recommender.analysis.module_time import kind_share, mean_call_us
+from perfweb_recommender.evidence import RunEvidence
+from perfweb_recommender.rules.base import Evidence, Finding, Fix, finding, rule
+from perfweb_recommender.rules.inference import (
     QUEUED_BUSY_MIN,
     is_inference,
     latency_evidence,
@@ -20,7 +20,7 @@ from recommender.rules.inference import (
     traced_requests,
     workload_evidence,
 )
-from recommender.rules.signals import loop_busy_share
+from perfweb_recommender.rules.signals import loop_busy_share
 
 # Linear-dominated: at least this share of the parameters in nn.Linear weights.
 LINEAR_PARAM_SHARE_MIN = 0.5

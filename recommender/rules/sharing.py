@@ -11,9 +11,9 @@ the gains of one run never add up to more than the whole step.
 
 from __future__ import annotations
 
-from recommender.analysis.summary import TraceSummary
-from recommender.evidence import RunEvidence
-from recommender.rules.base import Finding
+from perfweb_recommender.analysis.summary import TraceSummary
+from perfweb_recommender.evidence import RunEvidence
+from perfweb_recommender.rules.base import Finding
 
 IDLE = "GPU idle"
 BUSY = "GPU busy computation"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import statistics
 
-from recommender.analysis.summary import TraceSummary
-from recommender.evidence import RunEvidence
+from perfweb_recommender.analysis.summary import TraceSummary
+from perfweb_recommender.evidence import RunEvidence
 
 
 def data_wait_share(evidence: RunEvidence) -> float | None:
@@ -79,3 +79,8 @@ def loop_busy_share(evidence: RunEvidence) -> float | None:
     span = max(s.t for s in steps) - start
     ranks = len({s.rank for s in steps})
     return min(1.0, sum(s.duration_s for s in steps) / (span * ranks)) if span > 0 else None
+
+
+def _gpu_busy_share(trace: TraceSummary) -> float:
+    t = trace.temporal
+    return 1 - t.idle_us / t.kernel_span_us if t.kernel_span_us else 0.0

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from recommender.trace.model import (
+from perfweb_recommender.trace.model import (
     TYPE_COMMUNICATION,
     TYPE_COMPUTATION,
     TYPE_MEMORY,

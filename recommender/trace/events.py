@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from recommender.trace.classify import kernel_type
-from recommender.trace.model import (
+from perfweb_recommender.trace.classify import kernel_type
+from perfweb_recommender.trace.model import (
     CPU_ANNOTATION,
     CPU_DATALOADER,
     CPU_OP,

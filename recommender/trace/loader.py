@@ -22,10 +22,10 @@ from typing import Any, BinaryIO
 import msgspec
 import orjson
 
-from recommender.errors import InputError
-from recommender.trace.events import EventSink
-from recommender.trace.model import RankTrace
-from recommender.trace.schema import DOCUMENT_DECODER, EVENT_DECODER
+from perfweb_recommender.errors import InputError
+from perfweb_recommender.trace.events import EventSink
+from perfweb_recommender.trace.model import RankTrace
+from perfweb_recommender.trace.schema import DOCUMENT_DECODER, EVENT_DECODER
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 _FRACTIONAL_TS = re.compile(rb'"ts":( ?)(\d{12,})\.\d')

@@ -3,7 +3,7 @@
 Only what the analyses need is kept: GPU activity, the host calls that launch or wait on it,
 CPU operator intervals and the profiler steps. Times are float64 microseconds relative to
 the earliest event, `base_us + origin_us` (so nanosecond digits survive: see
-`recommender.trace.loader`).
+`perfweb_recommender.trace.loader`).
 """
 
 from __future__ import annotations

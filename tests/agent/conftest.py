@@ -50,7 +50,7 @@ def attach(
 ) -> subprocess.CompletedProcess[str]:
     """Run `perf-agent attach ARGS` and capture its output."""
     return subprocess.run(
-        [sys.executable, "-m", "agent.cli", "attach", *args],
+        [sys.executable, "-m", "perfweb_agent.cli.main", "attach", *args],
         env=env, capture_output=True, text=True, timeout=timeout, cwd=ROOT,
     )
 

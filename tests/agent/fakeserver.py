@@ -17,7 +17,7 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from contract import protocol
+from perfweb_contract import protocol
 
 TOKEN = "test-token"
 

@@ -10,13 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from agent import aboutputs, abseed
-from agent.aboutputs import read_capture, read_outputs, summary
-from agent.abstats import output_agreement
+from perfweb_agent.ab import outputs as aboutputs
+from perfweb_agent.ab import seed as abseed
+from perfweb_agent.ab.outputs import read_capture, read_outputs, summary
+from perfweb_agent.ab.stats import output_agreement
 
 
 def changes_results(measured: dict, *, top1_min: float = 0.99, relative_max: float = 1e-2) -> bool:
-    """The A/B's own judgement of one round (agent.abstats.output_agreement)."""
+    """The A/B's own judgement of one round (perfweb_agent.ab.stats.output_agreement)."""
     judged = output_agreement([measured], top1_min=top1_min, rel_max=relative_max)
     return judged.within_tolerance is not True
 
@@ -24,7 +25,7 @@ def changes_results(measured: dict, *, top1_min: float = 0.99, relative_max: flo
 REPO = Path(__file__).resolve().parents[2]
 SERVE = (
     "import runpy, sys\n"
-    "from agent import knobs\n"
+    "from perfweb_agent.ab import knobs\n"
     "knobs.apply_from_env()\n"
     "sys.argv = ['serving_linear_fp32.py', '--requests', '80']\n"
     "sys.path.insert(0, 'examples')\n"
@@ -107,7 +108,7 @@ def test_it_reads_nothing_from_a_missing_or_broken_file(tmp_path: Path) -> None:
 def test_it_says_why_when_the_model_returned_no_tensor(tmp_path: Path) -> None:
     script = (
         "import torch\n"
-        "from agent import knobs\n"
+        "from perfweb_agent.ab import knobs\n"
         "knobs.apply_from_env()\n"
         "class Words(torch.nn.Module):\n"
         "    def __init__(self):\n"
@@ -131,7 +132,7 @@ def test_it_says_why_when_the_model_returned_no_tensor(tmp_path: Path) -> None:
 def test_the_kept_outputs_are_bounded_in_numbers_not_only_requests(tmp_path: Path) -> None:
     script = (
         "import torch\n"
-        "from agent import knobs\n"
+        "from perfweb_agent.ab import knobs\n"
         "knobs.apply_from_env()\n"
         "model = torch.nn.Sequential(torch.nn.Linear(4, 4000)).eval()\n"
         "with torch.no_grad():\n"
@@ -155,7 +156,7 @@ def test_the_ab_seed_gives_an_unseeded_script_the_same_inputs_in_both_arms(
 ) -> None:
     script = (
         "import random\n"
-        "from agent import knobs\n"
+        "from perfweb_agent.ab import knobs\n"
         "knobs.apply_from_env()\n"
         "import torch\n"
         "print(float(torch.randn(1)), random.random())\n"

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from contract import protocol
+from perfweb_contract import protocol
 from tests.agent.conftest import ROOT, attach, online, write_script
 from tests.agent.fakeserver import FakeServer
 
@@ -26,7 +26,7 @@ import torch
 from torch.utils.data import Dataset
 from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainingArguments
 from transformers.trainer_callback import PrinterCallback
-from agent.callbacks import PerfwebCallback
+from perfweb_agent.callbacks import PerfwebCallback
 
 class Tiny(Dataset):
     def __len__(self):
@@ -55,7 +55,7 @@ import torch, lightning as L
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 from lightning.pytorch.loggers import CSVLogger
-from agent.callbacks import PerfwebLightningCallback
+from perfweb_agent.callbacks import PerfwebLightningCallback
 
 class Regressor(L.LightningModule):
     def __init__(self):
@@ -153,9 +153,9 @@ def test_the_lightning_callback_names_the_run_marks_phases_and_sends_loss_and_lr
 MISSING_FRAMEWORK = """
 import sys
 sys.modules["transformers"] = None  # as if it were not installed
-import agent.callbacks
+import perfweb_agent.callbacks
 try:
-    agent.callbacks.PerfwebCallback
+    perfweb_agent.callbacks.PerfwebCallback
 except ImportError as error:
     print(error)
 """
@@ -170,16 +170,16 @@ def test_the_package_imports_without_the_framework_and_says_what_to_install(
         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith("agent.callbacks.PerfwebCallback needs transformers")
+    assert result.stdout.startswith("perfweb_agent.callbacks.PerfwebCallback needs transformers")
     assert "pip install transformers" in result.stdout
 
 
 def test_a_callback_without_an_agent_does_nothing_and_says_how_to_attach(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from agent.callbacks.bridge import AgentBridge
-    from agent.logger import _said
-    from agent.logger import log as agent_log
+    from perfweb_agent.callbacks.bridge import AgentBridge
+    from perfweb_agent.runtime.logger import _said
+    from perfweb_agent.runtime.logger import log as agent_log
 
     _said.discard("callback-without-agent")
     agent_log.addHandler(caplog.handler)

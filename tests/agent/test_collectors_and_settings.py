@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from agent.config import load_settings, settings_env
-from agent.doctor import doctor, server_lines
-from agent.process import ProcessCollector, ProcfsSource, PsutilSource
-from contract import protocol
+from perfweb_agent.cli.doctor import doctor, server_lines
+from perfweb_agent.collectors.process import ProcessCollector, ProcfsSource, PsutilSource
+from perfweb_agent.runtime.config import load_settings, settings_env
+from perfweb_contract import protocol
 from tests.agent.conftest import ROOT, attach, online, write_script
 from tests.agent.fakeserver import TOKEN, FakeServer
 from tests.agent.nvml_fixtures import H100_LOAD, RecordedNvml
@@ -96,7 +96,7 @@ def test_doctor_says_what_it_sees_in_a_few_lines(server: FakeServer) -> None:
 def _doctor_cli(*args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PERF_AGENT_")}
     return subprocess.run(
-        [sys.executable, "-m", "agent.cli", "doctor", *args],
+        [sys.executable, "-m", "perfweb_agent.cli.main", "doctor", *args],
         env=env, capture_output=True, text=True, timeout=60, cwd=ROOT,
     )
 

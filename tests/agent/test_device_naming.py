@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from agent.nvml import NvmlCollector
-from agent.process import ProcessCollector
-from contract.protocol import DeviceNaming
+from perfweb_agent.collectors.nvml import NvmlCollector
+from perfweb_agent.collectors.process import ProcessCollector
+from perfweb_contract.protocol import DeviceNaming
 from tests.agent.nvml_fixtures import H100_LOAD, RecordedNvml
 from tests.agent.test_collectors_and_settings import FakeSource
 

@@ -35,7 +35,7 @@ def test_down_then_500s_then_429_then_healthy_loses_and_doubles_nothing(
     agent_env = {**agent_env, "PERF_AGENT_BACKOFF_BASE": "0.1", "PERF_AGENT_BACKOFF_MAX": "1"}
     server.down()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "agent.cli", "attach", *online(server), "--",
+        [sys.executable, "-m", "perfweb_agent.cli.main", "attach", *online(server), "--",
          sys.executable, str(script)],
         env=agent_env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )

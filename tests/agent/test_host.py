@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agent.host import HostCollector, ProcHostSource
+from perfweb_agent.collectors.host import HostCollector, ProcHostSource
 
 MEMINFO = "MemTotal:       16000000 kB\nMemFree:  1000 kB\nMemAvailable:    4000000 kB\n"
 

@@ -1,4 +1,5 @@
-"""`import agent; agent.attach(...)` inside a script: offline layout, upload, fork safety."""
+"""`import perfweb_agent; perfweb_agent.attach(...)` inside a script: offline layout, upload, fork
+safety."""
 
 from __future__ import annotations
 
@@ -8,25 +9,25 @@ import subprocess
 import sys
 from pathlib import Path
 
-from agent.cli import main as cli_main
+from perfweb_agent.cli.main import main as cli_main
 from tests.agent.conftest import ROOT, write_script
 from tests.agent.fakeserver import TOKEN, FakeServer
 
 FORKING = """
 import os, sys, threading, time
-import agent
-a = agent.attach(server=sys.argv[1], token=sys.argv[2], interval=0.05, flush_interval=0.1)
+import perfweb_agent
+a = perfweb_agent.attach(server=sys.argv[1], token=sys.argv[2], interval=0.05, flush_interval=0.1)
 for _ in range(3):
-    agent.step()
+    perfweb_agent.step()
 # fork while another thread holds the agent's sample lock: the child must not deadlock
 lock = a.sender.samples._lock
 lock.acquire()
 pid = os.fork()
 if pid == 0:
     for _ in range(5):
-        agent.step()
+        perfweb_agent.step()
     a.sender.samples.add("process", "child.sample", time.time(), 1.0)
-    agent.shutdown()
+    perfweb_agent.shutdown()
     sys.exit(0)  # a normal exit: atexit runs in the child too
 lock.release()
 _, status = os.waitpid(pid, 0)
@@ -35,13 +36,13 @@ sys.exit(4)
 """
 
 OFFLINE = """
-import sys, agent
-agent.attach(offline=sys.argv[1], name="offline-demo", tags={"team": "vision"},
+import sys, perfweb_agent
+perfweb_agent.attach(offline=sys.argv[1], name="offline-demo", tags={"team": "vision"},
              interval=0.05, flush_interval=0.1)
 import time
 for _ in range(4):
     time.sleep(0.05)
-    agent.step()
+    perfweb_agent.step()
 """
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from recommender.evidence import RunEvidence
-from recommender.rules import diagnose
+from perfweb_recommender.evidence import RunEvidence
+from perfweb_recommender.rules import diagnose
 from tests.agent.conftest import attach, online, write_script
 from tests.agent.fakeserver import FakeServer
 

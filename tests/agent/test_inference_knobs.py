@@ -15,18 +15,18 @@ from pathlib import Path
 
 import pytest
 
-from contract import knobs as catalogue
-from contract.knobs import KnobError
+from perfweb_contract import knobs as catalogue
+from perfweb_contract.knobs import KnobError
 
 REPO = Path(__file__).resolve().parents[2]
 
 PROBE = textwrap.dedent(
     """
     import copy, json, sys
-    from agent import knobs
+    from perfweb_agent.ab import knobs
     knobs.apply_from_env()
     import torch
-    from agent import knobs_torch
+    from perfweb_agent.ab import knobs_torch
 
     torch.manual_seed(0)
     kind, mode = sys.argv[1], sys.argv[2]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent.model_facts import grad_recording, model_facts
+from perfweb_agent.runtime.model_facts import grad_recording, model_facts
 
 torch = pytest.importorskip("torch")
 

@@ -10,9 +10,9 @@ import pytest
 import torch
 from torch import nn
 
-from agent.buffer import StepBuffer
-from agent.modules import ModuleWatch
-from agent.steps import StepTimer
+from perfweb_agent.runtime.buffer import StepBuffer
+from perfweb_agent.runtime.modules import ModuleWatch
+from perfweb_agent.runtime.steps import StepTimer
 
 
 class Net(nn.Module):
@@ -100,7 +100,7 @@ def _shapes_fact(shapes: list[tuple[int, ...]]) -> object:
 
 
 def test_it_tells_fixed_input_shapes_from_varying_ones() -> None:
-    from agent.modules import SHAPE_CALLS
+    from perfweb_agent.runtime.modules import SHAPE_CALLS
 
     assert _shapes_fact([(8, 4)] * SHAPE_CALLS) == "fixed"
     assert _shapes_fact([(8, 4)] * (SHAPE_CALLS - 1)) is None  # too few calls to say

@@ -6,8 +6,8 @@ import logging
 
 import pytest
 
-from agent import log as agent_log
-from agent.nvml import NvmlCollector
+from perfweb_agent import log as agent_log
+from perfweb_agent.collectors.nvml import NvmlCollector
 from tests.agent.nvml_fixtures import H100_LOAD, H100_MIG, MIB, RecordedNvml
 
 
@@ -116,7 +116,7 @@ def test_without_nvml_it_says_so_once_and_collects_nothing() -> None:
 
 def test_the_real_query_maps_onto_the_installed_pynvml() -> None:
     pynvml = pytest.importorskip("pynvml")
-    from agent.nvml_real import GPM_METRICS, make_query
+    from perfweb_agent.collectors.nvml_real import GPM_METRICS, make_query
 
     for _, constant in GPM_METRICS:
         assert hasattr(pynvml, constant)
@@ -130,8 +130,8 @@ def test_the_real_query_maps_onto_the_installed_pynvml() -> None:
 def test_only_local_rank_zero_samples_the_hosts_gpus(
     monkeypatch: pytest.MonkeyPatch, tmp_path, local_rank: str | None, expects_gpus: bool
 ) -> None:
-    from agent.config import load_settings
-    from agent.runtime import Agent
+    from perfweb_agent.runtime.agent import Agent
+    from perfweb_agent.runtime.config import load_settings
 
     if local_rank is None:
         monkeypatch.delenv("LOCAL_RANK", raising=False)
@@ -149,7 +149,7 @@ def test_only_local_rank_zero_samples_the_hosts_gpus(
 
 def test_field_values_are_decoded_from_pynvml_structs() -> None:
     pynvml = pytest.importorskip("pynvml")
-    from agent.nvml_real import _field_value
+    from perfweb_agent.collectors.nvml_real import _field_value
 
     entry = pynvml.c_nvmlFieldValue_t()
     entry.nvmlReturn = pynvml.NVML_SUCCESS

@@ -8,17 +8,18 @@ import subprocess
 import sys
 from pathlib import Path
 
-from agent.traces import chunk_bodies
+from perfweb_agent.delivery.traces import chunk_bodies
 from tests.agent.conftest import ROOT, write_script
 from tests.agent.fakeserver import TOKEN, FakeServer
 
 TRAIN = """
-import sys, time, torch, agent
+import sys, time, torch, perfweb_agent
 if sys.argv[1] != "-":
     kwargs = dict(offline=sys.argv[1])
 else:
     kwargs = dict(server=sys.argv[2], token=sys.argv[3])
-agent.attach(interval=0.05, flush_interval=0.1, profile=True, profile_warmup_steps=int(sys.argv[4]),
+perfweb_agent.attach(interval=0.05, flush_interval=0.1, profile=True,
+                     profile_warmup_steps=int(sys.argv[4]),
              profile_steps=2, profile_every_s=3600, **kwargs)
 model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -82,8 +83,8 @@ def test_a_server_without_the_trace_endpoint_gets_no_more_windows_and_the_trace_
 
 
 INFER = """
-import sys, time, torch, agent
-agent.attach(offline=sys.argv[1], interval=0.05, flush_interval=0.1, profile=True,
+import sys, time, torch, perfweb_agent
+perfweb_agent.attach(offline=sys.argv[1], interval=0.05, flush_interval=0.1, profile=True,
              profile_warmup_steps=3, profile_steps=2, profile_every_s=3600)
 model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU()).eval()
 with torch.no_grad():
@@ -119,9 +120,9 @@ def test_an_inference_window_stays_on_kineto_and_says_what_each_part_cost(
 def test_a_window_heavier_than_the_budget_makes_the_next_scheduled_windows_shorter() -> None:
     from types import SimpleNamespace
 
-    from agent.buffer import FactBuffer
-    from agent.config import Settings
-    from agent.profiler import TRACE_JSON_BUDGET_BYTES, ProfilerWindows
+    from perfweb_agent.runtime.buffer import FactBuffer
+    from perfweb_agent.runtime.config import Settings
+    from perfweb_agent.runtime.profiler import TRACE_JSON_BUDGET_BYTES, ProfilerWindows
 
     facts = FactBuffer()
     agent = SimpleNamespace(

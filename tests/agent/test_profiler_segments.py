@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 import torch
 
-from agent.buffer import FactBuffer
-from agent.config import Settings
-from agent.profiler import (
+from perfweb_agent.runtime.buffer import FactBuffer
+from perfweb_agent.runtime.config import Settings
+from perfweb_agent.runtime.profiler import (
     SEGMENT_CLOSE_BUDGET_S,
     WINDOW_RSS_BUDGET_BYTES,
     ProfilerWindows,
@@ -67,7 +67,7 @@ def shipped_traces(monkeypatch: pytest.MonkeyPatch) -> dict[str, bytes]:
         shipped[name] = data
         return "offline"
 
-    monkeypatch.setattr("agent.traces.deliver", deliver)
+    monkeypatch.setattr("perfweb_agent.delivery.traces.deliver", deliver)
     return shipped
 
 
@@ -216,9 +216,9 @@ def test_a_scope_that_began_inside_the_window_and_spans_steps_ends_it(
 
 
 WORKERS_DURING_A_WINDOW = """
-import sys, torch, agent
+import sys, torch, perfweb_agent
 from torch.utils.data import DataLoader, TensorDataset
-agent.attach(offline=sys.argv[1], interval=0.05, flush_interval=0.1, profile=True,
+perfweb_agent.attach(offline=sys.argv[1], interval=0.05, flush_interval=0.1, profile=True,
              profile_warmup_steps=2, profile_steps=5, profile_every_s=3600)
 data = TensorDataset(torch.randn(64, 8), torch.randn(64, 1))
 model = torch.nn.Linear(8, 1)

@@ -8,7 +8,7 @@ import struct
 
 import pytest
 
-from contract import protocol
+from perfweb_contract import protocol
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from agent import sanitize
+from perfweb_agent.runtime import sanitize
 from tests.agent.conftest import ROOT, write_script
 from tests.agent.realserver import DelayProxy, RealServer
 
@@ -70,7 +70,7 @@ def test_samples_are_stored_while_the_run_goes_on_behind_a_server_answering_in_1
     run_id = "slow" + os.urandom(8).hex()
     env = {**env, "PERF_AGENT_EXIT_DEADLINE": "45"}  # room for the last batch and finish
     proc = subprocess.Popen(
-        [sys.executable, "-m", "agent.cli", "attach", "--server", proxy.url, "--token",
+        [sys.executable, "-m", "perfweb_agent.cli.main", "attach", "--server", proxy.url, "--token",
          real.token, "--http-timeout", "15", "--", sys.executable, str(script), str(stop)],
         env={**env, "PERF_AGENT_RUN_ID": run_id}, cwd=ROOT, text=True,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -109,7 +109,8 @@ def test_the_next_attach_on_the_host_sends_what_an_earlier_run_left_behind(
     earlier = "gone" + os.urandom(8).hex()
     try:
         first = subprocess.run(
-            [sys.executable, "-m", "agent.cli", "attach", "--server", proxy.url, "--token",
+            [sys.executable, "-m", "perfweb_agent.cli.main", "attach", "--server", proxy.url,
+             "--token",
              real.token, "--", sys.executable, str(script)],
             env={**env, "PERF_AGENT_RUN_ID": earlier, "PERF_AGENT_EXIT_DEADLINE": "1"},
             cwd=ROOT, text=True, capture_output=True, timeout=120,
@@ -121,7 +122,8 @@ def test_the_next_attach_on_the_host_sends_what_an_earlier_run_left_behind(
         proxy.failing = False  # the server is back
         later = "next" + os.urandom(8).hex()
         second = subprocess.run(
-            [sys.executable, "-m", "agent.cli", "attach", "--server", proxy.url, "--token",
+            [sys.executable, "-m", "perfweb_agent.cli.main", "attach", "--server", proxy.url,
+             "--token",
              real.token, "--", sys.executable, str(script)],
             env={**env, "PERF_AGENT_RUN_ID": later}, cwd=ROOT, text=True,
             capture_output=True, timeout=120,
@@ -140,11 +142,11 @@ def test_the_next_attach_on_the_host_sends_what_an_earlier_run_left_behind(
 
 NUL_TAG = """
 import time
-import agent
-agent.attach(tags={"dataset": "imagenet\\x00v2"}, name="nul\\x00run")
+import perfweb_agent
+perfweb_agent.attach(tags={"dataset": "imagenet\\x00v2"}, name="nul\\x00run")
 for _ in range(8):
     time.sleep(0.25)
-agent.shutdown()
+perfweb_agent.shutdown()
 print("done")
 """
 
@@ -182,7 +184,7 @@ def test_a_lightning_callbacks_run_name_phases_and_scalars_are_stored_on_postgre
     script = write_script(tmp_path, LIGHTNING_TRAINER)
     run_id = "cbk0" + os.urandom(8).hex()
     done = subprocess.run(
-        [sys.executable, "-m", "agent.cli", "attach", "--server", real.url, "--token",
+        [sys.executable, "-m", "perfweb_agent.cli.main", "attach", "--server", real.url, "--token",
          real.token, "--", sys.executable, str(script), str(tmp_path / "logs")],
         env={**env, "PERF_AGENT_RUN_ID": run_id}, cwd=ROOT, text=True, capture_output=True,
         timeout=240,

@@ -9,8 +9,8 @@ import time
 import uuid
 from pathlib import Path
 
-from agent import claims, transport
-from agent.sender import Sender
+from perfweb_agent.delivery import claims, transport
+from perfweb_agent.delivery.sender import Sender
 from tests.agent.fakeserver import TOKEN, FakeServer
 from tests.agent.test_sender import (
     Producer,

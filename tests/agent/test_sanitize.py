@@ -8,9 +8,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agent import sanitize
-from agent.sanitize import REPLACEMENT, Sanitizer
-from contract import protocol
+from perfweb_agent.runtime import sanitize
+from perfweb_agent.runtime.sanitize import REPLACEMENT, Sanitizer
+from perfweb_contract import protocol
 from tests.agent.fakeserver import FakeServer
 from tests.agent.test_sender import assert_exactly_once, finish_body, make_sender, start_body
 

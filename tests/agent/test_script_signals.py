@@ -1,5 +1,6 @@
-"""`agent.log(**scalars)` and `agent.phase(name)` in the script: what they record, what they
-drop (with a warning, never an exception), and the bounds (agent/scalars.py)."""
+"""`perfweb_agent.log(**scalars)` and `perfweb_agent.phase(name)` in the script: what they record,
+what they
+drop (with a warning, never an exception), and the bounds (agent/runtime/scalars.py)."""
 
 from __future__ import annotations
 
@@ -14,12 +15,12 @@ from typing import Any
 import pytest
 import torch
 
-import agent
-from agent.buffer import FactBuffer, SampleBuffer
-from agent.logger import _said as said_once
-from agent.logger import log as agent_log
-from agent.scalars import FACT_DROPPED, ScriptSignals
-from contract import protocol
+import perfweb_agent
+from perfweb_agent.runtime.buffer import FactBuffer, SampleBuffer
+from perfweb_agent.runtime.logger import _said as said_once
+from perfweb_agent.runtime.logger import log as agent_log
+from perfweb_agent.runtime.scalars import FACT_DROPPED, ScriptSignals
+from perfweb_contract import protocol
 from tests.agent.conftest import ROOT, write_script
 from tests.agent.fakeserver import TOKEN, FakeServer
 
@@ -135,21 +136,21 @@ def test_an_unknown_phase_is_ignored_with_a_warning(
 
 
 def test_without_an_agent_log_and_phase_do_nothing() -> None:
-    assert agent.current() is None
-    agent.log(loss=1.0, **{"Bad Name": "x"})
-    agent.phase("eval")
+    assert perfweb_agent.current() is None
+    perfweb_agent.log(loss=1.0, **{"Bad Name": "x"})
+    perfweb_agent.phase("eval")
 
 
 IN_SCRIPT = """
-import math, sys, agent
-a = agent.attach(server=sys.argv[1], token=sys.argv[2], interval=0.05, flush_interval=0.1)
-agent.phase("train")
+import math, sys, perfweb_agent
+a = perfweb_agent.attach(server=sys.argv[1], token=sys.argv[2], interval=0.05, flush_interval=0.1)
+perfweb_agent.phase("train")
 for i in range(5):
-    agent.log(loss=1.0 / (i + 1), tokens=512 * (i + 1))
-    agent.step()
-agent.log(**{"Bad Name": 1.0}, nan=math.nan, ok=2.0)
-agent.phase("eval")
-agent.phase("none")
+    perfweb_agent.log(loss=1.0 / (i + 1), tokens=512 * (i + 1))
+    perfweb_agent.step()
+perfweb_agent.log(**{"Bad Name": 1.0}, nan=math.nan, ok=2.0)
+perfweb_agent.phase("eval")
+perfweb_agent.phase("none")
 print("done")
 """
 
@@ -174,14 +175,14 @@ def test_logged_scalars_reach_the_server_and_bad_ones_never_break_the_script(
 
 
 FORKED_LOGGER = """
-import os, sys, agent
-a = agent.attach(server=sys.argv[1], token=sys.argv[2], interval=0.05, flush_interval=0.1)
-agent.log(loss=1.0)
+import os, sys, perfweb_agent
+a = perfweb_agent.attach(server=sys.argv[1], token=sys.argv[2], interval=0.05, flush_interval=0.1)
+perfweb_agent.log(loss=1.0)
 a.signals._lock.acquire()  # held by the parent at fork: the child must not wait on it
 pid = os.fork()
 if pid == 0:
-    agent.log(loss=99.0, **{"Bad Name": 1.0})
-    agent.phase("eval")
+    perfweb_agent.log(loss=99.0, **{"Bad Name": 1.0})
+    perfweb_agent.phase("eval")
     os._exit(0)
 a.signals._lock.release()
 _, status = os.waitpid(pid, 0)
@@ -205,9 +206,11 @@ def test_a_forked_child_logs_nothing_and_does_not_deadlock(
 def test_agent_log_is_the_in_script_function_and_the_logger_a_module_of_another_name() -> None:
     import importlib
 
-    module = importlib.import_module("agent.logger")  # importing it leaves agent.log alone
+    # importing it leaves perfweb_agent.log alone
+    module = importlib.import_module("perfweb_agent.runtime.logger")
     assert module.log.name == "perf_agent"
-    assert agent.log.__module__ == "agent" and agent.log.__name__ == "log" and callable(agent.log)
+    log = perfweb_agent.log
+    assert log.__module__ == "perfweb_agent" and log.__name__ == "log" and callable(log)
 
 
 def test_scalars_beyond_the_sample_buffers_bound_are_dropped_and_counted() -> None:

@@ -9,10 +9,10 @@ import os
 import time
 from pathlib import Path
 
-from agent import transport
-from agent.config import load_settings
-from agent.sender import Sender
-from agent.upload import upload
+from perfweb_agent.delivery import transport
+from perfweb_agent.delivery.sender import Sender
+from perfweb_agent.delivery.upload import upload
+from perfweb_agent.runtime.config import load_settings
 from tests.agent.fakeserver import TOKEN, FakeServer
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from agent.config import ENV_HTTP_TIMEOUT, load_settings, settings_env
-from agent.sender import Sender
+from perfweb_agent.delivery.sender import Sender
+from perfweb_agent.runtime.config import ENV_HTTP_TIMEOUT, load_settings, settings_env
 from tests.agent.fakeserver import FakeServer
 from tests.agent.test_sender import (
     Producer,

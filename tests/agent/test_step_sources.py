@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from agent.buffer import StepBuffer
-from agent.steps import CONFIRM_EVENTS, StepTimer
+from perfweb_agent.runtime.buffer import StepBuffer
+from perfweb_agent.runtime.steps import CONFIRM_EVENTS, StepTimer
 
 
 class Clock:

@@ -54,12 +54,12 @@ print("steps", len(loader))
 """
 
 INFERENCE = """
-import torch, agent
+import torch, perfweb_agent
 model = torch.nn.Linear(4, 4).eval()
 with torch.no_grad():
     for _ in range(5):
         model(torch.randn(2, 4))
-        agent.step()
+        perfweb_agent.step()
 """
 
 

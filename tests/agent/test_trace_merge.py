@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from agent.trace_merge import (
+from perfweb_agent.runtime.trace_merge import (
     Segment,
     TraceTooLarge,
     merge_in_helper,

@@ -6,8 +6,8 @@ import threading
 from types import SimpleNamespace
 from typing import Any
 
-from agent.buffer import FactBuffer
-from agent.training_facts import CHECK_STEPS, TrainingThreadFacts
+from perfweb_agent.runtime.buffer import FactBuffer
+from perfweb_agent.runtime.training_facts import CHECK_STEPS, TrainingThreadFacts
 
 
 class PerThreadCuda:

@@ -14,7 +14,7 @@ from perfweb.alerts.evaluation import alerts_evaluate
 from perfweb.alerts.models import Alert, AlertEvent, AlertRule, Delivery
 from perfweb.alerts.notify import event_store
 from perfweb.runs.models import Run
-from recommender.thresholds import GIB
+from perfweb_recommender.thresholds import GIB
 from tests.alerts.conftest import run_create, samples_add
 
 pytestmark = pytest.mark.django_db

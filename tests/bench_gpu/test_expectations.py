@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from bench.gpu.expectations import AB_PAIRS, BY_WORKLOAD, EXPECTATIONS
-from contract.knobs import KNOBS
-from recommender.rules import REGISTRY
+from perfweb_contract.knobs import KNOBS
+from perfweb_recommender.rules import REGISTRY
 
 EXPECTED_IDS = sorted({e.finding for e in EXPECTATIONS if e.finding})
 

@@ -13,7 +13,7 @@ import pytest
 KIT = Path(__file__).resolve().parents[2] / "bench" / "gpu"
 ALLOWED = {
     "workloads.py": {"torch"},
-    "kernels.py": {"recommender"},
+    "kernels.py": {"perfweb_recommender"},
 }
 
 

@@ -98,14 +98,14 @@ def perfweb_server(server_env: dict[str, str]) -> Iterator[LiveServer]:
 def perf_agent() -> list[str]:
     """The installed console script, or the same entry point through this interpreter."""
     script = Path(sys.executable).with_name("perf-agent")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "agent.cli"]
+    return [str(script)] if script.exists() else [sys.executable, "-m", "perfweb_agent.cli.main"]
 
 
 @pytest.fixture(scope="session")
 def attached_run(perfweb_server: LiveServer, server_env: dict[str, str]) -> Iterator[str]:
     """A real CPU training script streaming into the server through the agent."""
     name = f"browser-demo-{os.getpid()}"
-    log = open(perfweb_server.data_dir / "agent.log", "wb")  # noqa: SIM115
+    log = open(perfweb_server.data_dir / "perfweb_agent.log", "wb")  # noqa: SIM115
     process = subprocess.Popen(
         [
             *perf_agent(),

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from recommender.analysis.trace_tables import trace_tables
-from recommender.trace.loader import load_trace
+from perfweb_recommender.analysis.trace_tables import trace_tables
+from perfweb_recommender.trace.loader import load_trace
 from tests.jobs import stack as stack_module
 from tests.server.servers import require_redis
 

@@ -1,6 +1,6 @@
-"""In Chromium, against a real server: a real training script's `agent.log` scalars are
+"""In Chromium, against a real server: a real training script's `perfweb_agent.log` scalars are
 stored, come back from the read API, and are drawn as rows of the run's timeline, aligned
-with the others on one time axis, with its `agent.phase` phases shaded across every row."""
+with the others on one time axis, with its `perfweb_agent.phase` phases shaded across every row."""
 
 from __future__ import annotations
 
@@ -22,9 +22,9 @@ TRAINING_WITH_SCALARS = """
 import math, sys, time
 import torch
 from torch import nn
-import agent
+import perfweb_agent
 
-run = agent.attach(server=sys.argv[1], token=sys.argv[2], name="scalars-demo",
+run = perfweb_agent.attach(server=sys.argv[1], token=sys.argv[2], name="scalars-demo",
                    interval=0.2, flush_interval=0.5)
 print(run.settings.run_id)
 torch.manual_seed(0)
@@ -33,23 +33,23 @@ optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
 x, y = torch.randn(64, 16), torch.randn(64, 1)
 tokens = 0
 for epoch in range(2):
-    agent.phase("train")
+    perfweb_agent.phase("train")
     for step in range(15):
         loss = nn.functional.mse_loss(model(x), y)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
         tokens += 64 * 16
-        agent.log(loss=loss, tokens=tokens)
+        perfweb_agent.log(loss=loss, tokens=tokens)
         time.sleep(0.06)
-    agent.phase("eval")
+    perfweb_agent.phase("eval")
     with torch.no_grad():
         for _ in range(8):
             eval_loss = nn.functional.mse_loss(model(x), y)
             time.sleep(0.06)
-    agent.log(eval_loss=eval_loss.item())
-agent.phase("none")
-agent.shutdown()
+    perfweb_agent.log(eval_loss=eval_loss.item())
+perfweb_agent.phase("none")
+perfweb_agent.shutdown()
 """
 
 TIMELINE = """() => {

@@ -161,7 +161,7 @@ def test_an_unseen_runs_page_says_it_was_not_examined(
     text = statement.inner_text()
     assert "Not examined, so not healthy either" in text
     assert "no optimizer step, no backward pass, no nn.Module call" in text
-    assert page.locator("code.coverage-fix").inner_text() == "agent.step()"
+    assert page.locator("code.coverage-fix").inner_text() == "perfweb_agent.step()"
     assert statement.is_visible()
     page.wait_for_function("() => !document.getElementById('timeline-loading')", timeout=60_000)
     assert "No finding" not in page.locator("body").inner_text()

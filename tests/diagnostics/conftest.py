@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from agent.traces import chunk_bodies
+from perfweb_agent.delivery.traces import chunk_bodies
 from tests.recommender.conftest import peer_traces_dir
 from tests.server.agent_client import AGENT_ID, RUN_ID, T0, Agent
 

@@ -1,7 +1,7 @@
 """The server's adapter agrees with the offline one: a real agent's offline directory
 (`perf-agent attach --offline` of the input-bound example), sent with `perf-agent upload`'s
 own code through the ingest and trace endpoints, diagnoses on the server as
-`python -m recommender analyze DIR` does on the directory."""
+`python -m perfweb_recommender analyze DIR` does on the directory."""
 
 from __future__ import annotations
 
@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from agent import transport
-from agent.upload import upload
 from perfweb.diagnostics.models import Finding, Trace
 from perfweb.diagnostics.tasks import diagnose_run_task
 from perfweb.runs.models import Run
-from recommender.api import analyze_path
+from perfweb_agent.delivery import transport
+from perfweb_agent.delivery.upload import upload
+from perfweb_recommender.api import analyze_path
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.django_db
@@ -39,7 +39,7 @@ def offline_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 
 def client_post(client: Client) -> Any:
-    """`agent.transport.post`, but through Django's test client."""
+    """`perfweb_agent.delivery.transport.post`, but through Django's test client."""
 
     def post(server: str, path: str, token: str | None, gz_body: bytes, timeout: float) -> Any:
         reply = client.post(

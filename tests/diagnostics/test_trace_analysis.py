@@ -11,10 +11,10 @@ from perfweb.diagnostics.models import Finding, RunDiagnosis, Trace
 from perfweb.diagnostics.services import trace_analyse
 from perfweb.diagnostics.summaries import summary_from_json, summary_to_json
 from perfweb.runs.models import Run
-from recommender.analysis.summary import summarize
-from recommender.api import analyze_evidence
-from recommender.evidence import RunEvidence
-from recommender.trace.loader import load_trace
+from perfweb_recommender.analysis.summary import summarize
+from perfweb_recommender.api import analyze_evidence
+from perfweb_recommender.evidence import RunEvidence
+from perfweb_recommender.trace.loader import load_trace
 from tests.server.agent_client import Agent
 
 from .conftest import NS_TRACE, input_bound_run, trace_bytes, upload

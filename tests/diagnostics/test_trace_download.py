@@ -12,8 +12,8 @@ from django.test import Client
 from perfweb.diagnostics.models import Trace
 from perfweb.diagnostics.tasks import diagnose_run_task
 from perfweb.runs.models import Run
-from recommender.analysis.trace_tables import trace_tables
-from recommender.trace.loader import load_trace
+from perfweb_recommender.analysis.trace_tables import trace_tables
+from perfweb_recommender.trace.loader import load_trace
 from tests.conftest import PASSWORD
 from tests.server.agent_client import RUN_ID, Agent
 

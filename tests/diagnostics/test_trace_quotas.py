@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from agent.traces import chunk_bodies
 from perfweb.diagnostics import uploads
 from perfweb.diagnostics.models import Trace
 from perfweb.diagnostics.tasks import diagnose_sweep_task
+from perfweb_agent.delivery.traces import chunk_bodies
 from tests.server.agent_client import Agent
 from tests.server.snapshot import stored_state
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from agent.traces import chunk_bodies
 from perfweb.diagnostics.models import Trace
+from perfweb_agent.delivery.traces import chunk_bodies
 from tests.server.agent_client import Agent
 
 from .conftest import trace_bytes, upload

@@ -78,7 +78,7 @@ def test_it_never_calls_an_unseen_run_healthy_on_its_page(agent: Agent, owner: A
     assert 'data-testid="coverage-statement"' in html and 'data-verdict="not_observed"' in html
     assert "Not examined, so not healthy either" in html
     assert "no optimizer step, no backward pass, no nn.Module call" in html
-    assert '<code class="coverage-fix">agent.step()</code>' in html
+    assert '<code class="coverage-fix">perfweb_agent.step()</code>' in html
     assert html.count("<li>no agent step timings") == 1  # listed once, not once per list
     assert "No finding" not in html
     assert 'data-testid="workload-kind">not seen yet<' in html
@@ -91,7 +91,7 @@ def test_it_says_the_same_in_the_read_api(agent: Agent, token: str) -> None:
     findings = Client().get(FINDINGS, **bearer).json()
     assert findings["findings"] == []
     assert findings["coverage"]["verdict"] == "not_observed"
-    assert findings["coverage"]["fix"] == "agent.step()"
+    assert findings["coverage"]["fix"] == "perfweb_agent.step()"
     workload = Client().get(WORKLOAD, **bearer).json()
     assert workload["coverage"] == findings["coverage"]
     assert workload["coverage"]["seen"] == ["20 process samples"]

@@ -53,7 +53,7 @@ def test_it_exports_the_latest_device_values_with_the_labels_dcgm_users_asked_fo
     assert rss.value == 1.2e9 + 9 and rss.labels["device"] == "process"
     live = {s.labels["run"]: s for s in found["perfweb_run_live"]}
     # An older agent (no workload.kind fact) timed optimizer steps: a training run, as the
-    # run page and the findings API label it too (recommender.coverage.workload_kind).
+    # run page and the findings API label it too (perfweb_recommender.coverage.workload_kind).
     assert live[RUN_ID].labels["kind"] == "training" and live[RUN_ID].value == 1
     assert {s.labels["status"]: s.value for s in found["perfweb_runs"]} == {"running": 1}
 

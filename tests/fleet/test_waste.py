@@ -7,8 +7,8 @@ from django.core.exceptions import ImproperlyConfigured
 
 from perfweb.fleet.conf import parse_prices, price_for
 from perfweb.fleet.waste import core_hours, covered_durations, gpu_time
-from recommender.conditions import Series
-from recommender.thresholds import GIB
+from perfweb_recommender.conditions import Series
+from perfweb_recommender.thresholds import GIB
 
 
 def every_second(values: list[float], start: float = 0.0) -> Series:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from recommender.thresholds import GIB
+from perfweb_recommender.thresholds import GIB
 from tests.conftest import PASSWORD
 from tests.server.agent_client import Agent
 

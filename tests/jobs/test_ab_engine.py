@@ -10,9 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from agent.ab import BASELINE, CANDIDATE, AbCancelled, AbError, AbPlan, read_step_durations, run_ab
-from agent.abstats import STOP_DECIDED, STOP_ROUND_LIMIT, STOP_TIME_LIMIT
-from contract.verdicts import INCONCLUSIVE
+from perfweb_agent.ab.engine import (
+    BASELINE,
+    CANDIDATE,
+    AbCancelled,
+    AbError,
+    AbPlan,
+    read_step_durations,
+    run_ab,
+)
+from perfweb_agent.ab.stats import STOP_DECIDED, STOP_ROUND_LIMIT, STOP_TIME_LIMIT
+from perfweb_contract.verdicts import INCONCLUSIVE
 
 FAKE = [sys.executable, str(Path(__file__).with_name("fake_attach.py"))]
 
@@ -179,7 +187,7 @@ def test_it_refuses_a_tolerance_that_means_nothing(top1: float, rtol: float, mes
 
 
 def test_both_arms_get_the_same_seed_and_only_the_candidate_the_knobs() -> None:
-    from agent.ab import arm_env
+    from perfweb_agent.ab.engine import arm_env
 
     plan = _inference_plan()
     base = arm_env(plan, arm=BASELINE, loss_file="l", outputs_file="o")

@@ -14,7 +14,7 @@ SERVING = [sys.executable, "examples/serving_linear_fp32.py", "--requests", "60"
 
 def _ab(*options: str, command: list[str]) -> subprocess.CompletedProcess:
     done = subprocess.run(
-        [sys.executable, "-m", "agent.cli", "ab", "--rounds", "2", "--max-rounds", "4",
+        [sys.executable, "-m", "perfweb_agent.cli.main", "ab", "--rounds", "2", "--max-rounds", "4",
          "--steps", "10", "--warmup", "3", "--quiet", *options, "--", *command],
         cwd=REPO, capture_output=True, text=True, timeout=400,
     )  # fmt: skip

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from agent.abstats import (
+from perfweb_agent.ab.stats import (
     STOP_DECIDED,
     STOP_ROUND_LIMIT,
     STOP_TIME_LIMIT,
@@ -16,7 +16,7 @@ from agent.abstats import (
     stop_of,
     verdict_of,
 )
-from contract.verdicts import FASTER, INCONCLUSIVE, NO_DIFFERENCE, SLOWER, VERDICT_LABELS
+from perfweb_contract.verdicts import FASTER, INCONCLUSIVE, NO_DIFFERENCE, SLOWER, VERDICT_LABELS
 
 
 def _rounds(base: float, cand: float, *, jitter: float = 0.03, n: int = 5, seed: int = 1):
@@ -123,7 +123,7 @@ def test_the_result_has_the_documented_json_fields() -> None:
 def test_long_arms_resampled_by_their_normal_limit_agree_with_exact_resampling(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from agent import abstats
+    from perfweb_agent.ab import stats as abstats
 
     rng = random.Random(2)
     bursty = lambda n: [rng.choice([0.001, 0.001, 0.001, 0.03]) for _ in range(n)]  # noqa: E731

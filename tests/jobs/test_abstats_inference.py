@@ -1,5 +1,5 @@
 """The inference side of an A/B's statistics: arm metrics, output agreement, the results check
-and the before/after table (agent/abstats.py, shared by `perf-agent ab` and the job page)."""
+and the before/after table (agent/ab/stats.py, shared by `perf-agent ab` and the job page)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from agent.abstats import (
+from perfweb_agent.ab.stats import (
     INFERENCE,
     TRAINING,
     UNKNOWN_KIND,
@@ -24,7 +24,7 @@ from agent.abstats import (
     paired_round,
     round_from_arms,
 )
-from contract.verdicts import (
+from perfweb_contract.verdicts import (
     CHANGES_RESULTS,
     FASTER,
     INCONCLUSIVE,

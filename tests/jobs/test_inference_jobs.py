@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from contract.verdicts import CHANGES_RESULTS
 from perfweb.alerts.why import as_payload
 from perfweb.diagnostics.models import Finding
 from perfweb.diagnostics.selectors import finding_for_run
@@ -21,6 +20,7 @@ from perfweb.jobs import services
 from perfweb.jobs.models import FixVerification, Job, JobArm
 from perfweb.jobs.selectors import measured_gains_for_run, verified_gains_for_run
 from perfweb.runs.models import Run
+from perfweb_contract.verdicts import CHANGES_RESULTS
 from tests.diagnostics.conftest import stream_steps
 from tests.server.agent_client import Agent
 

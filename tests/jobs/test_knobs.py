@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from agent import knobs
-from agent.knobs import StepLimit
-from contract import knobs as catalogue
-from contract.knobs import KnobError
+from perfweb_agent.ab import knobs
+from perfweb_agent.ab.knobs import StepLimit
+from perfweb_contract import knobs as catalogue
+from perfweb_contract.knobs import KnobError
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -112,11 +112,11 @@ def test_apply_from_env_reports_a_bad_setting_instead_of_raising() -> None:
 PROBE = textwrap.dedent(
     """
     import json, os, sys
-    from agent import knobs
+    from perfweb_agent.ab import knobs
     knobs.apply_from_env()
     import torch
     from torch.utils.data import DataLoader
-    from agent import knobs_torch
+    from perfweb_agent.ab import knobs_torch
 
     loader = DataLoader(list(range(8)), batch_size=2, num_workers=0, prefetch_factor=None)
     torch.set_num_threads(7)  # the script's own call: the knob wins
@@ -173,10 +173,10 @@ def test_no_knobs_leaves_the_script_alone() -> None:
 COMPILE_PROBE = textwrap.dedent(
     """
     import json, sys
-    from agent import knobs
+    from perfweb_agent.ab import knobs
     knobs.apply_from_env()
     import torch
-    from agent import knobs_torch
+    from perfweb_agent.ab import knobs_torch
 
     compiled = []
     torch.compile = lambda fn, mode: compiled.append(mode) or fn  # no inductor in a unit test
@@ -205,11 +205,12 @@ def test_compile_applies_once_to_the_model_where_safe(wrap: str, expected: list)
 
 
 def test_max_steps_ends_an_attached_run_cleanly_after_n_steps(tmp_path: Path) -> None:
-    from agent.ab import read_step_durations
+    from perfweb_agent.ab.engine import read_step_durations
 
     env = {**os.environ, "PERF_AGENT_MAX_STEPS": "5", "PYTHONPATH": str(REPO)}
     done = subprocess.run(
-        [sys.executable, "-m", "agent.cli", "attach", "--offline", str(tmp_path), "--no-profile",
+        [sys.executable, "-m", "perfweb_agent.cli.main", "attach", "--offline", str(tmp_path),
+         "--no-profile",
          "--", sys.executable, "tests/jobs/input_bound.py", "--steps", "1000"],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip

@@ -13,9 +13,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from agent import abcli, ledger
-from agent.runner import Refused, validate_job
-from agent.transport import Reply
+from perfweb_agent.ab import ledger
+from perfweb_agent.ab.runner import Refused, validate_job
+from perfweb_agent.cli import ab as abcli
+from perfweb_agent.delivery.transport import Reply
 
 SERVER, TOKEN, HOST = "http://perfweb.example:8000", "pw_secret", "gpu-node-07"
 REPO = Path(__file__).resolve().parents[2]
@@ -94,7 +95,7 @@ def test_the_runner_posts_each_arms_new_fields_and_judges_by_the_jobs_tolerance(
 ) -> None:
     import io
 
-    from agent.runner import Runner
+    from perfweb_agent.ab.runner import Runner
 
     path = str(tmp_path / "ledger.json")
     command = ["python", "serve.py"]
@@ -163,7 +164,8 @@ def test_attach_records_the_command_and_refuses_a_bad_knob(
 
 def test_perf_agent_ab_prints_the_documented_json(tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "agent.cli", "ab", "--knob", "num_workers=2", "--rounds", "2",
+        [sys.executable, "-m", "perfweb_agent.cli.main", "ab", "--knob", "num_workers=2",
+         "--rounds", "2",
          "--steps", "8", "--warmup", "4", "--format", "json", "--quiet", "--",
          sys.executable, "tests/jobs/input_bound.py"],
         cwd=REPO, capture_output=True, text=True, timeout=240,
@@ -186,8 +188,8 @@ def test_perf_agent_ab_prints_the_documented_json(tmp_path: Path) -> None:
 
 
 def test_perf_agent_ab_text_says_the_verdict_and_why_it_stopped() -> None:
-    from agent.ab import AbPlan
-    from agent.abstats import Round, compare
+    from perfweb_agent.ab.engine import AbPlan
+    from perfweb_agent.ab.stats import Round, compare
 
     rounds = [Round(baseline=[0.1, 0.19, 0.01] * 3, candidate=[0.1, 0.01, 0.19] * 3)] * 3
     result = compare(rounds)
@@ -199,7 +201,7 @@ def test_perf_agent_ab_text_says_the_verdict_and_why_it_stopped() -> None:
 
 
 def test_the_runners_client_never_raises_when_the_server_is_unreachable() -> None:
-    from agent.runner import Client
+    from perfweb_agent.ab.runner import Client
 
     client = Client("http://127.0.0.1:9", TOKEN, timeout=2.0)  # the discard port: refused
     answer = client.post("/api/v1/jobs/claim", {"host": HOST})
@@ -209,7 +211,7 @@ def test_the_runners_client_never_raises_when_the_server_is_unreachable() -> Non
 def test_the_runner_says_once_why_the_server_refuses_its_claims() -> None:
     import io
 
-    from agent.runner import Runner
+    from perfweb_agent.ab.runner import Runner
 
     out = io.StringIO()
     runner = Runner(SERVER, TOKEN, host=HOST, poll_s=0.0, out=out)

@@ -55,8 +55,8 @@ def peer() -> Path:
 
 def _summary(**overrides: object) -> object:
     """A TraceSummary of a healthy single-GPU step, with fields overridden."""
-    from recommender.analysis.gpu_time import Temporal
-    from recommender.analysis.summary import TraceSummary
+    from perfweb_recommender.analysis.gpu_time import Temporal
+    from perfweb_recommender.analysis.summary import TraceSummary
 
     steps = [
         {

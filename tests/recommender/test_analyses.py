@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from recommender.analysis import gpu_time, host_device, steps
-from recommender.analysis.intervals import merge, overlap_length, sweep_by_mask
-from recommender.trace.loader import load_trace
-from recommender.trace.model import RankTrace
+from perfweb_recommender.analysis import gpu_time, host_device, steps
+from perfweb_recommender.analysis.intervals import merge, overlap_length, sweep_by_mask
+from perfweb_recommender.trace.loader import load_trace
+from perfweb_recommender.trace.model import RankTrace
 
 
 def _x(cat: str, name: str, ts: float, dur: float, **args: object) -> dict:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from recommender.trace.classify import (
+from perfweb_recommender.trace.classify import (
     fusible_family,
     is_dense_math_kernel,
     is_fp32_simt_kernel,
@@ -12,7 +12,7 @@ from recommender.trace.classify import (
     is_tensor_core_kernel,
     kernel_type,
 )
-from recommender.trace.model import TYPE_COMMUNICATION, TYPE_COMPUTATION
+from perfweb_recommender.trace.model import TYPE_COMMUNICATION, TYPE_COMPUTATION
 
 # name -> (dense math, tensor core, fp32 on CUDA cores); all from the peer traces.
 DENSE = {

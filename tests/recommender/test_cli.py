@@ -1,4 +1,5 @@
-"""`python -m recommender analyze PATH`: the JSON shape, and one-line errors on bad input."""
+"""`python -m perfweb_recommender analyze PATH`: the JSON shape, and one-line errors on bad
+input."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "recommender", "analyze", *args],
+        [sys.executable, "-m", "perfweb_recommender", "analyze", *args],
         capture_output=True,
         text=True,
         cwd=REPO,
@@ -106,7 +107,7 @@ def test_it_prints_a_readable_text_report(peer: Path) -> None:
 def test_a_trace_cut_anywhere_gives_one_line_and_exit_2(
     tmp_path: Path, peer: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from recommender.cli import main
+    from perfweb_recommender.cli import main
 
     whole = gzip.decompress((peer / "hta" / "trace_filter" / "sampled_rank-0.json.gz").read_bytes())
     for fraction in (0.001, 0.25, 0.5, 0.999):
@@ -118,7 +119,7 @@ def test_a_trace_cut_anywhere_gives_one_line_and_exit_2(
 
 
 def test_every_peer_trace_is_analysed_without_error(peer: Path) -> None:
-    from recommender.api import analyze_path
+    from perfweb_recommender.api import analyze_path
 
     files = sorted((peer / "hta").rglob("*.json.gz"))
     assert len(files) >= 15
@@ -136,13 +137,13 @@ def test_it_names_the_extra_to_install_when_the_recommender_extra_is_missing(
     hide = (
         f"import runpy, sys; sys.modules[{missing!r}] = None; "
         "sys.argv = ['recommender', 'analyze', 'trace.json']; "
-        "runpy.run_module('recommender', run_name='__main__')"
+        "runpy.run_module('perfweb_recommender', run_name='__main__')"
     )
     result = subprocess.run(
         [sys.executable, "-c", hide], capture_output=True, text=True, cwd=REPO, timeout=120
     )
     assert result.returncode == 2, result.stderr
     assert result.stderr.splitlines() == [
-        f"python -m recommender needs the recommender extra ({missing} is missing): "
+        f"python -m perfweb_recommender needs the recommender extra ({missing} is missing): "
         "pip install 'perfweb[recommender]'"
     ]

@@ -3,11 +3,11 @@ the cause an alert gives: the rules' own finding on the window, else the conditi
 
 from __future__ import annotations
 
-from recommender.causes import condition_finding, window_cause
-from recommender.conditions import Series, Window, evaluate
-from recommender.rules import REGISTRY
-from recommender.rules.base import Finding, Fix
-from recommender.thresholds import GIB
+from perfweb_recommender.causes import condition_finding, window_cause
+from perfweb_recommender.conditions import Series, Window, evaluate
+from perfweb_recommender.rules import REGISTRY
+from perfweb_recommender.rules.base import Finding, Fix
+from perfweb_recommender.thresholds import GIB
 
 NOW = 1_764_500_000.0
 WINDOW_S = 300.0
@@ -20,7 +20,8 @@ def series(value: float | list[float], seconds: float = WINDOW_S) -> Series:
 
 
 def window(series_by_key: dict[tuple[str, str], Series], **extra: object) -> Window:
-    return Window(now=NOW, window_s=WINDOW_S, series=series_by_key, **extra)  # type: ignore[arg-type]
+    # type: ignore[arg-type]
+    return Window(now=NOW, window_s=WINDOW_S, series=series_by_key, **extra)
 
 
 def stored(rule_id: str, title: str, gain: float) -> Finding:

@@ -8,9 +8,9 @@ import re
 
 import pytest
 
-from recommender.evidence import RunEvidence, StepSample
-from recommender.rules import diagnose
-from recommender.rules.base import Finding
+from perfweb_recommender.evidence import RunEvidence, StepSample
+from perfweb_recommender.rules import diagnose
+from perfweb_recommender.rules.base import Finding
 
 CPU_RULES = (
     "cpu.thread_oversubscription",

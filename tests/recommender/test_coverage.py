@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from recommender.coverage import (
+from perfweb_recommender.coverage import (
     FIX_LINE,
     MISSING_FACTS,
     MISSING_GPU,
@@ -33,7 +33,7 @@ TORCH = {"torch.version": "2.13.0"}
 
 def _analyze(path: Path, *fmt: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "recommender", "analyze", str(path), *fmt],
+        [sys.executable, "-m", "perfweb_recommender", "analyze", str(path), *fmt],
         capture_output=True, text=True, cwd=ROOT, timeout=120,
     )  # fmt: skip
 
@@ -46,8 +46,8 @@ def test_it_calls_a_run_without_steps_trace_or_gpu_samples_not_observed() -> Non
     assert coverage.causes == [UNSEEN_REASON, NO_GPU_REASON, NO_TRACE_REASON]
     assert coverage.headline.startswith("Not examined, so not healthy either")
     assert "no optimizer step, no backward pass, no nn.Module call" in coverage.statement
-    assert coverage.fix == FIX_LINE == "agent.step()"
-    assert "agent.step()" in coverage.statement
+    assert coverage.fix == FIX_LINE == "perfweb_agent.step()"
+    assert "perfweb_agent.step()" in coverage.statement
     assert coverage.not_seen == ["steps or requests", "profiler traces", "GPU samples"]
     assert coverage.seen == ["40 process samples"]
     assert "No finding" not in coverage.no_findings_text(traces=False)
@@ -68,7 +68,7 @@ def test_it_lists_each_kind_of_evidence_not_seen_once_with_why() -> None:
 
 
 def test_a_bare_trace_gets_the_same_list_without_the_agents_reasons() -> None:
-    from recommender.evidence import RunEvidence
+    from perfweb_recommender.evidence import RunEvidence
 
     assert missing_evidence(RunEvidence(), agent_run=False) == [
         MISSING_TRACE, MISSING_FACTS, MISSING_STEPS, MISSING_SERIES,
@@ -87,7 +87,7 @@ def test_it_calls_gpu_samples_without_steps_only_partly_observed() -> None:
     assert coverage.verdict == PARTLY_OBSERVED
     assert coverage.statement.startswith("Only partly examined")
     assert coverage.causes == [UNSEEN_REASON, NO_TRACE_REASON]  # the GPU was seen
-    assert "120 GPU samples" in coverage.statement and "agent.step()" in coverage.statement
+    assert "120 GPU samples" in coverage.statement and "perfweb_agent.step()" in coverage.statement
     assert "No finding" not in coverage.no_findings_text(traces=False)
 
 
@@ -115,8 +115,8 @@ def test_it_labels_the_run_by_what_the_agent_saw() -> None:
 
 
 SILENT = """
-import sys, time, agent
-agent.attach(offline=sys.argv[1], interval=0.05, flush_interval=0.1)
+import sys, time, perfweb_agent
+perfweb_agent.attach(offline=sys.argv[1], interval=0.05, flush_interval=0.1)
 time.sleep(0.4)
 print("done")
 """
@@ -133,13 +133,13 @@ def test_the_cli_reports_a_real_agent_run_it_could_not_see(tmp_path: Path) -> No
     assert "No finding" not in text.stdout
     assert "Not examined, so not healthy either" in text.stdout
     assert "never imported torch" in text.stdout
-    assert "fix: agent.step()" in text.stdout
+    assert "fix: perfweb_agent.step()" in text.stdout
     assert text.stdout.count("no agent step timings") == 1  # one list of what was not seen
     report = json.loads(_analyze(out, "--format", "json").stdout)
     assert report["missing_evidence"] == report["coverage"]["missing"]
     assert report["findings"] == []
     assert report["coverage"]["verdict"] == NOT_OBSERVED
-    assert report["coverage"]["steps"] == 0 and report["coverage"]["fix"] == "agent.step()"
+    assert report["coverage"]["steps"] == 0 and report["coverage"]["fix"] == "perfweb_agent.step()"
 
 
 def test_the_cli_names_the_sources_it_watched_for_a_torch_run_without_steps(

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from recommender.evidence import RunEvidence, Series, StepSample
-from recommender.rules.inference import inference_dynamic_batching
+from perfweb_recommender.evidence import RunEvidence, Series, StepSample
+from perfweb_recommender.rules.inference import inference_dynamic_batching
 
 
 def _serving(*, batch: float, util: float | None = 15.0, cpu: float | None = None,

@@ -1,7 +1,8 @@
 """The planted-bottleneck examples, attached offline and analysed, name their planted cause.
 
 Each example runs under `perf-agent attach --offline DIR` (the real agent, CPU only); then
-`python -m recommender analyze DIR` must rank the planted cause first, and the healthy example
+`python -m perfweb_recommender analyze DIR` must rank the planted cause first, and the healthy
+example
 must yield no finding with an estimated gain of 10% or more.
 """
 
@@ -49,7 +50,7 @@ def _attach_and_analyse(script: str, offline: Path) -> dict:
     )
     assert attached.returncode == 0, attached.stderr[-2000:]
     analysed = subprocess.run(
-        [sys.executable, "-m", "recommender", "analyze", str(offline), "--format", "json"],
+        [sys.executable, "-m", "perfweb_recommender", "analyze", str(offline), "--format", "json"],
         capture_output=True,
         text=True,
         cwd=REPO,

@@ -7,9 +7,9 @@ from collections.abc import Callable
 
 import pytest
 
-from contract.knobs import FINDING_KNOBS, KNOBS, KnobError, validate_knobs
-from recommender.rules import REGISTRY
-from recommender.rules.base import Evidence, Fix, checked_fix, finding
+from perfweb_contract.knobs import FINDING_KNOBS, KNOBS, KnobError, validate_knobs
+from perfweb_recommender.rules import REGISTRY
+from perfweb_recommender.rules.base import Evidence, Fix, checked_fix, finding
 from tests.recommender.test_rules import POSITIVE, _healthy, _loader, _series, _with
 
 

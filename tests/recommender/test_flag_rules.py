@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from recommender.evidence import RunEvidence, StepSample
-from recommender.rules import REGISTRY, diagnose
+from perfweb_recommender.evidence import RunEvidence, StepSample
+from perfweb_recommender.rules import REGISTRY, diagnose
 
 
 def _steps(wait: float = 0.0, duration: float = 0.1) -> list[StepSample]:

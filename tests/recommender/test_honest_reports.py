@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from recommender.api import analyze_path
-from recommender.errors import InputError
-from recommender.evidence import RunEvidence
-from recommender.rules.base import Evidence, counted, times
-from recommender.text_report import render_text
+from perfweb_recommender.api import analyze_path
+from perfweb_recommender.errors import InputError
+from perfweb_recommender.evidence import RunEvidence
+from perfweb_recommender.rules.base import Evidence, counted, times
+from perfweb_recommender.text_report import render_text
 from tests.recommender.conftest import PEER
 
 
@@ -28,7 +28,7 @@ def test_it_names_a_jax_xplane_protobuf_as_unsupported(tmp_path: Path) -> None:
 def test_a_directory_of_xplane_files_says_so(tmp_path: Path) -> None:
     (tmp_path / "plugins.xplane.pb").write_bytes(b"\x0a\x01")
     with pytest.raises(InputError, match="format not supported"):
-        from recommender.trace.loader import load_traces
+        from perfweb_recommender.trace.loader import load_traces
 
         load_traces(tmp_path)
 
@@ -44,7 +44,7 @@ def test_a_gpu_only_trace_says_which_evidence_is_missing() -> None:
 
 
 def test_no_findings_lists_the_missing_evidence_instead_of_an_all_clear() -> None:
-    from recommender.api import analyze_evidence
+    from perfweb_recommender.api import analyze_evidence
 
     text = render_text(analyze_evidence(RunEvidence()))
     assert "nothing in the evidence points at a known bottleneck" not in text
@@ -60,7 +60,7 @@ def test_counts_read_in_the_right_number() -> None:
 
 
 def test_an_empty_cache_once_per_step_is_called_once() -> None:
-    from recommender.rules import REGISTRY
+    from perfweb_recommender.rules import REGISTRY
 
     found = REGISTRY["memory.empty_cache_in_loop"].func(
         RunEvidence(facts={"cuda.empty_cache_per_step": 1.0})

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from recommender.evidence import RunEvidence, Series, StepSample
-from recommender.rules.cpu import cpu_host_contention
+from perfweb_recommender.evidence import RunEvidence, Series, StepSample
+from perfweb_recommender.rules.cpu import cpu_host_contention
 
 
 def _run(*, host_pct: float, job_pct: float, workers_pct: float | None = None,

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from recommender.analysis import gpu_time
-from recommender.analysis.hta_compat import hta_rounded
-from recommender.trace.loader import load_traces
-from recommender.trace.model import RankTrace
+from perfweb_recommender.analysis import gpu_time
+from perfweb_recommender.analysis.hta_compat import hta_rounded
+from perfweb_recommender.trace.loader import load_traces
+from perfweb_recommender.trace.model import RankTrace
 
 TOLERANCE_PP = 1.0
 NANOSECOND_TRACES = ("hta/ns_resolution_trace", "hta/nccl_parser_config")

@@ -1,5 +1,5 @@
 """Inference runs: per-request latency percentiles over sliding windows, throughput in
-requests/s and samples/s, peak memory — and `python -m recommender analyze` reports them."""
+requests/s and samples/s, peak memory — and `python -m perfweb_recommender analyze` reports them."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from recommender.evidence import StepSample
-from recommender.inference import MIN_WINDOW_S, request_stats
+from perfweb_recommender.evidence import StepSample
+from perfweb_recommender.inference import MIN_WINDOW_S, request_stats
 from tests.agent.conftest import ROOT
 from tests.recommender.offline_runs import inference_batch, write_agent
 
@@ -78,7 +78,7 @@ def test_several_ranks_serve_one_throughput() -> None:
 
 def _analyze(path: Path, *fmt: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "recommender", "analyze", str(path), *fmt],
+        [sys.executable, "-m", "perfweb_recommender", "analyze", str(path), *fmt],
         capture_output=True, text=True, cwd=ROOT, timeout=120,
     )  # fmt: skip
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from recommender.evidence import RunEvidence, StepSample
-from recommender.rules.inference import (
+from perfweb_recommender.evidence import RunEvidence, StepSample
+from perfweb_recommender.rules.inference import (
     inference_autograd_enabled,
     inference_channels_last,
     is_inference,
 )
-from recommender.rules.model import model_quantization
+from perfweb_recommender.rules.model import model_quantization
 
 GPU = {"cuda.initialized": True, "cuda.capability": "8.0"}
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from recommender.errors import InputError
-from recommender.trace.loader import load_trace, load_traces
-from recommender.trace.model import KIND_KERNEL, KIND_MEMCPY
+from perfweb_recommender.errors import InputError
+from perfweb_recommender.trace.loader import load_trace, load_traces
+from perfweb_recommender.trace.model import KIND_KERNEL, KIND_MEMCPY
 
 EVENTS = [
     {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#7", "ts": 100, "dur": 50},
@@ -127,7 +127,7 @@ def test_it_refuses_an_empty_directory(tmp_path: Path) -> None:
 
 
 def test_the_in_place_timestamp_cut_equals_a_plain_replace(monkeypatch: pytest.MonkeyPatch) -> None:
-    from recommender.trace import loader
+    from perfweb_recommender.trace import loader
 
     events = [
         {"ph": "X", "ts": 1712195495519689.047 + i, "dur": 1.5, "name": "k" * (i % 7)}

@@ -7,8 +7,8 @@ import json
 import shutil
 from pathlib import Path
 
-from recommender.api import analyze_path
-from recommender.offline import find_runs, load_run
+from perfweb_recommender.api import analyze_path
+from perfweb_recommender.offline import find_runs, load_run
 
 RUN = "run0123456789"
 

@@ -20,12 +20,12 @@ from dataclasses import dataclass
 
 import pytest
 
-from recommender.analysis.summary import TraceSummary, summarize
-from recommender.evidence import RunEvidence
-from recommender.rules import diagnose
-from recommender.rules.base import Finding
-from recommender.rules.sharing import CLAIMS, available_time
-from recommender.trace.loader import load_trace
+from perfweb_recommender.analysis.summary import TraceSummary, summarize
+from perfweb_recommender.evidence import RunEvidence
+from perfweb_recommender.rules import diagnose
+from perfweb_recommender.rules.base import Finding
+from perfweb_recommender.rules.sharing import CLAIMS, available_time
+from perfweb_recommender.trace.loader import load_trace
 from tests.recommender.conftest import PEER
 
 SHARE_TOLERANCE = 0.02

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from recommender.api import analyze_path
+from perfweb_recommender.api import analyze_path
 
 REPO = Path(__file__).resolve().parents[2]
 PLANT = r"""
@@ -101,7 +101,7 @@ def _attach_offline(tmp_path: Path, case: str) -> Path:
     env.update(PERF_AGENT_INTERVAL="0.2", PERF_AGENT_PROFILE="0", PYTHONPATH=str(REPO))
     env.update(OMP_NUM_THREADS="1", MASTER_ADDR="127.0.0.1")
     result = subprocess.run(
-        [sys.executable, "-m", "agent.cli", "attach", "--offline", str(offline), "--",
+        [sys.executable, "-m", "perfweb_agent.cli.main", "attach", "--offline", str(offline), "--",
          sys.executable, str(script), case],
         env=env, capture_output=True, text=True, timeout=180, cwd=REPO,
     )  # fmt: skip

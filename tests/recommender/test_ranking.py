@@ -3,7 +3,7 @@ rank by their measured gain."""
 
 from __future__ import annotations
 
-from recommender.rules.base import RISK_WEIGHT, Finding, Fix, rank_findings
+from perfweb_recommender.rules.base import RISK_WEIGHT, Finding, Fix, rank_findings
 
 
 def _finding(rule_id: str, risk: str, gain: float, confidence: float = 0.8) -> Finding:

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from recommender.analysis.regression import MIN_STEPS, median_ratio
-from recommender.compare import difference_sentence, facts_diff, findings_diff
-from recommender.rules.cross_run import regression_finding
+from perfweb_recommender.analysis.regression import MIN_STEPS, median_ratio
+from perfweb_recommender.compare import difference_sentence, facts_diff, findings_diff
+from perfweb_recommender.rules.cross_run import regression_finding
 
 
 def _steps(rng: np.random.Generator, *, n: int, median_s: float, noise: float) -> list[float]:

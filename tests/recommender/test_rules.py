@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from recommender.analysis.gpu_time import Temporal
-from recommender.evidence import RunEvidence, Series, StepSample
-from recommender.rules import REGISTRY, UNSUPPORTED, diagnose
+from perfweb_recommender.analysis.gpu_time import Temporal
+from perfweb_recommender.evidence import RunEvidence, Series, StepSample
+from perfweb_recommender.rules import REGISTRY, UNSUPPORTED, diagnose
 
 Builder = Callable[[Callable[..., object]], RunEvidence]
 GPU = {"cuda.initialized": True, "cuda.capability": "8.0"}
@@ -299,7 +299,8 @@ def test_rule_stays_quiet_without_any_evidence(rule_id: str) -> None:
 def test_a_straggler_shows_in_rank_traces_too(make_summary: Callable[..., object]) -> None:
     slow = Temporal(5_000.0, 90_000.0 * 1.5, 5_000.0, 150_000.0)
     traces = [make_summary(rank=0), make_summary(rank=1), make_summary(rank=2, temporal=slow)]
-    found = REGISTRY["distributed.straggler"].func(RunEvidence(traces=traces))  # type: ignore[arg-type]
+    # type: ignore[arg-type]
+    found = REGISTRY["distributed.straggler"].func(RunEvidence(traces=traces))
     assert found is not None and found.title.startswith("Rank 2 ")
     assert found.estimated_gain == pytest.approx(45_000.0 / 150_000.0)
 
@@ -309,8 +310,8 @@ def test_a_healthy_run_has_no_findings(make_summary: Callable[..., object]) -> N
 
 
 def test_cpu_bound_reads_every_ranks_process_in_a_distributed_run() -> None:
-    """Ranks name their process `process:<rank>` (contract.protocol.DeviceNaming)."""
-    from recommender.rules.cpu import cpu_bound
+    """Ranks name their process `process:<rank>` (perfweb_contract.protocol.DeviceNaming)."""
+    from perfweb_recommender.rules.cpu import cpu_bound
 
     def evidence(devices: list[str]) -> RunEvidence:
         return RunEvidence(
@@ -326,7 +327,7 @@ def test_cpu_bound_reads_every_ranks_process_in_a_distributed_run() -> None:
 
 def test_host_device_sync_stays_quiet_on_a_cpu_only_trace(make_summary) -> None:  # noqa: ANN001
     """On the CPU, `.item()` (aten::_local_scalar_dense) blocks on no device: no finding."""
-    from recommender.rules.data_path import sync_host_device
+    from perfweb_recommender.rules.sync import sync_host_device
 
     syncs = {"aten::_local_scalar_dense": {"count": 40, "us": 0.0}}
     cpu_only = make_summary(sync_points=syncs, launch={"kernels": 0})

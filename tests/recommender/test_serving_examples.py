@@ -3,7 +3,7 @@ planted cause first, with evidence from the inference series and the trace and a
 estimated from those measurements; the healthy server gets nothing worth 10%.
 
 Each runs under `perf-agent attach --offline DIR` (the real agent, real torch on the CPU);
-then `python -m recommender analyze DIR --format json`. Findings of the `system` class are
+then `python -m perfweb_recommender analyze DIR --format json`. Findings of the `system` class are
 about the host, not the script (on this shared machine `cpu.host_contention` fires for any
 script when the neighbours take the cores): "first" and "worth 10%" are about the script's
 own findings, and a system finding is never allowed to hide one.
@@ -38,7 +38,7 @@ def _attach_and_analyse(script: str, offline: Path, *args: str) -> dict[str, Any
     )  # fmt: skip
     assert attached.returncode == 0, attached.stderr[-2000:]
     analysed = subprocess.run(
-        [sys.executable, "-m", "recommender", "analyze", str(offline), "--format", "json"],
+        [sys.executable, "-m", "perfweb_recommender", "analyze", str(offline), "--format", "json"],
         capture_output=True, text=True, cwd=REPO, timeout=120,
     )  # fmt: skip
     assert analysed.returncode == 0, analysed.stderr
@@ -128,7 +128,7 @@ def test_the_healthy_server_is_observed_and_has_nothing_worth_ten_percent(
     assert report["coverage"]["statement"] == ""  # observed: no "not examined" statement
     assert report["run"]["latency_p50_s"] > 0 and report["run"]["throughput_rps"] > 0
     text = subprocess.run(
-        [sys.executable, "-m", "recommender", "analyze", str(tmp_path / "o")],
+        [sys.executable, "-m", "perfweb_recommender", "analyze", str(tmp_path / "o")],
         capture_output=True, text=True, cwd=REPO, timeout=120,
     ).stdout  # fmt: skip
     assert "workload: inference" in text and "requests timed by the agent" in text

@@ -9,17 +9,19 @@ from typing import Any
 
 import pytest
 
-from recommender.evidence import RunEvidence, Series, StepSample
-from recommender.rules.base import rank_findings
-from recommender.rules.inference import (
+from perfweb_recommender.evidence import RunEvidence, Series, StepSample
+from perfweb_recommender.rules.base import rank_findings
+from perfweb_recommender.rules.cudnn import cudnn_benchmark
+from perfweb_recommender.rules.inference import (
     AUTOGRAD_US_PER_OP,
     CHANNELS_LAST_RECOVERABLE,
     inference_autograd_enabled,
     inference_channels_last,
     inference_dynamic_batching,
 )
-from recommender.rules.model import model_distillation, model_pruning, model_quantization
-from recommender.rules.operator import cudnn_benchmark, launch_overhead, precision_amp
+from perfweb_recommender.rules.launch import launch_overhead
+from perfweb_recommender.rules.model import model_distillation, model_pruning, model_quantization
+from perfweb_recommender.rules.precision import precision_amp
 
 WINDOW = "/run/agent/traces/rank0-step20-25.pt.trace.json.gz"  # 5 requests
 CUDA = {"cuda.initialized": True, "cuda.device_count": 1, "cuda.capability": "8.0"}

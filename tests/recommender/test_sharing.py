@@ -6,11 +6,11 @@ from collections.abc import Callable
 
 import pytest
 
-from recommender.analysis.gpu_time import Temporal
-from recommender.evidence import RunEvidence, StepSample
-from recommender.rules import diagnose
-from recommender.rules.base import Evidence, Finding, Fix
-from recommender.rules.sharing import IDLE, available_time, share_overlapping_gains
+from perfweb_recommender.analysis.gpu_time import Temporal
+from perfweb_recommender.evidence import RunEvidence, StepSample
+from perfweb_recommender.rules import diagnose
+from perfweb_recommender.rules.base import Evidence, Finding, Fix
+from perfweb_recommender.rules.sharing import IDLE, available_time, share_overlapping_gains
 
 
 def _found(rule_id: str, gain: float, basis: str = "measured") -> Finding:

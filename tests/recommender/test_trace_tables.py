@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from recommender.analysis.trace_diff import trace_diff
-from recommender.analysis.trace_tables import trace_tables
+from perfweb_recommender.analysis.trace_diff import trace_diff
+from perfweb_recommender.analysis.trace_tables import trace_tables
 from tests.recommender.conftest import peer_traces_dir
 
 PEER = peer_traces_dir()

@@ -1,5 +1,6 @@
 """One door for the HTTP API: every /api/v1 route is listed in perfweb/api/urls.py, built from
-its path in contract.api, behind one auth path and one error mapping (perfweb.api.endpoint)."""
+its path in perfweb_contract.api, behind one auth path and one error mapping
+(perfweb.api.endpoint)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,12 @@ import pytest
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver, resolve
 
-from contract import api
 from perfweb.api import urls as api_urls
 from perfweb.api.endpoint import ERRORS, error_reply
 from perfweb.api.http import BadRequest
 from perfweb.jobs.services import JobError, NotAllowed
 from perfweb.runs.services import RunNotFound
+from perfweb_contract import api
 
 SAMPLE = {"run_id": "run-00000001", "trace_id": 7, "job_id": 9}
 CONTRACT_PATHS = {

@@ -10,9 +10,9 @@ import numpy as np
 import orjson
 import pytest
 
-from contract.protocol import pack_floats
 from perfweb.runs.fields import Invalid
 from perfweb.runs.schemas import BatchRequest, parse_batch, parse_batch_json
+from perfweb_contract.protocol import pack_floats
 
 from .agent_client import batch_body
 from .test_ingest import DELETE, REJECTIONS, bad

@@ -33,8 +33,8 @@ from django.test import Client
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agent.traces import chunk_bodies
-from contract import protocol
+from perfweb_agent.delivery.traces import chunk_bodies
+from perfweb_contract import protocol
 
 from .agent_client import direct_client
 from .snapshot import stored_state
@@ -56,8 +56,8 @@ sent: Counter[str] = Counter()
 AGENT_SCRIPT = """
 import sys, time
 sys.path.insert(0, sys.argv[2])
-from agent.config import load_settings
-from agent.runtime import Agent
+from perfweb_agent.runtime.config import load_settings
+from perfweb_agent.runtime.agent import Agent
 from tests.agent.nvml_fixtures import H100_LOAD, H100_MIG, RecordedNvml
 
 settings = load_settings(env={}, offline=sys.argv[1], name="fuzz-seed",
@@ -67,7 +67,7 @@ agent = Agent(settings, nvml_query=RecordedNvml([H100_LOAD, H100_MIG]))
 agent.start()
 for _ in range(30):
     time.sleep(0.01)
-    agent.step()
+    perfweb_agent.step()
 agent.close(exit_code=0)
 """
 

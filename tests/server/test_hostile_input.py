@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from contract import protocol
 from perfweb.runs.models import Run, RunProcess
+from perfweb_contract import protocol
 
 from .agent_client import AGENT_ID, RUN_ID, Agent, batch_body, start_body
 from .snapshot import stored_state

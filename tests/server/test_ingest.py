@@ -14,13 +14,13 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from contract import protocol
-from contract.protocol import pack_floats as packed
 from perfweb.projects.models import IngestToken
 from perfweb.projects.services import token_revoke
 from perfweb.runs.models import BatchReceipt, Device, Run, RunProcess
 from perfweb.series.models import Chunk, Series
 from perfweb.series.selectors import series_read
+from perfweb_contract import protocol
+from perfweb_contract.protocol import pack_floats as packed
 
 from .agent_client import AGENT_ID, RUN_ID, T0, Agent, batch_body
 

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from contract import protocol
-from contract.protocol import pack_floats
 from perfweb.runs.models import BatchReceipt, Run
 from perfweb.series.models import Series
+from perfweb_contract import protocol
+from perfweb_contract.protocol import pack_floats
 
 from .agent_client import RUN_ID, T0, Agent, batch_body
 

@@ -21,7 +21,7 @@
     }, { displayModeBar: false, responsive: true });
   }
 
-  // The before/after table (agent.abstats.before_after_rows), rebuilt from the poll.
+  // The before/after table (perfweb_agent.ab.stats.before_after_rows), rebuilt from the poll.
   function table(state) {
     const rows = state.before_after || [];
     const body = page("before-after");

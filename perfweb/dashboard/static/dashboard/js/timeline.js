@@ -29,7 +29,7 @@ window.PerfwebTimeline = (function () {
     return (ms + TZ_SHIFT_MS) / 1000;
   }
 
-  // Device keys follow agent.protocol.DeviceNaming: `process`/`workers` carry the rank in a
+  // Device keys follow perfweb_agent.protocol.DeviceNaming: `process`/`workers` carry the rank in a
   // job of several ranks, GPUs carry the node in a job of several hosts.
   function deviceLabel(device) {
     if (device === "process") return "main process";
@@ -146,7 +146,7 @@ window.PerfwebTimeline = (function () {
     return { traces: banded.concat(traces), unit: scale.unit };
   }
 
-  // The script's scalars (agent.log, the framework callbacks), one row each, the first
+  // The script's scalars (perfweb_agent.log, the framework callbacks), one row each, the first
   // `scalarRowsMax` by name; `hidden` names the others.
   function scalarRows(series, extras) {
     if (!extras) return { rows: [], hidden: [] };

@@ -1,0 +1,1 @@
+"""Fixes measured A/B: the engine, its probes and statistics, knobs, the jobs runner."""

@@ -1,0 +1,1 @@
+"""The `perf-agent` commands: attach, upload, doctor, ab, runner."""

@@ -1,0 +1,1 @@
+"""Getting the agent's data out: sender threads, outbox, HTTP, spill, upload."""

@@ -1,0 +1,1 @@
+"""The agent inside one process: settings, step timing, torch hooks and facts."""
