@@ -9,7 +9,8 @@ server the raw requests it read from its stored series.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +23,26 @@ PERCENTILES = (50.0, 95.0, 99.0)
 TARGET_WINDOWS = 30  # sliding windows across a run: each is span / TARGET_WINDOWS long
 MAX_POINTS = 2 * TARGET_WINDOWS  # windows overlap by half: one point per half window
 MIN_WINDOW_S = 1.0  # shorter windows hold too few requests for a p99
+# The agent's profiler window names its trace after the steps it spans: `rank0-step20-25`
+# on the server, `.../traces/rank0-step20-25.pt.trace.json.gz` offline (agent/runtime/profiler.py).
+_WINDOW_NAME = re.compile(r"(?:^|/)rank(\d+)-step(\d+)-(\d+)(?:\.pt\.trace|$)")
+
+
+def profiled_steps(trace_names: Iterable[str]) -> dict[int, list[tuple[int, int]]]:
+    """Per rank, the (first, last) step indices the agent's profiler windows spanned, from
+    their traces' names. Those requests paid for the profiler (its opening, its segments'
+    stops, its closing), so their latency is the profiler's as much as the workload's."""
+    spans: dict[int, list[tuple[int, int]]] = {}
+    for name in trace_names:
+        match = _WINDOW_NAME.search(name)
+        if match is not None:
+            rank, first, last = (int(g) for g in match.groups())
+            spans.setdefault(rank, []).append((first, last))
+    return spans
+
+
+def _profiled(request: StepSample, spans: Mapping[int, Sequence[tuple[int, int]]]) -> bool:
+    return any(first <= request.index <= last for first, last in spans.get(request.rank, ()))
 
 
 @dataclass
@@ -67,6 +88,7 @@ class RequestStats:
     peak_rss_bytes: float | None
     peak_cuda_allocated_bytes: float | None
     windows: RequestWindows
+    profiled_requests: int = 0  # inside profiler windows: counted, left out of the latencies
 
     def as_json(self, *, windows: bool = True) -> dict[str, Any]:
         """JSON form; the CLI's `run.*` names (recommender/README.md)."""
@@ -82,6 +104,7 @@ class RequestStats:
             "samples": self.samples,
             "peak_rss_bytes": self.peak_rss_bytes,
             "peak_cuda_allocated_bytes": self.peak_cuda_allocated_bytes,
+            "profiled_requests": self.profiled_requests,
         }
         if windows:
             body["windows"] = self.windows.as_json()
@@ -94,20 +117,26 @@ def request_stats(
     batch_sizes: Sequence[tuple[float, float]] = (),
     peak_rss_bytes: float | None = None,
     peak_cuda_allocated_bytes: float | None = None,
+    profiled: Mapping[int, Sequence[tuple[int, int]]] | None = None,
 ) -> RequestStats | None:
     """Statistics of these requests (every rank's together), None without any.
 
     `batch_sizes` are (t, samples) at the requests' end times. Throughput is requests (and
-    samples) over the span from the first request's start to the last one's end.
+    samples) over the span from the first request's start to the last one's end. Requests
+    inside `profiled` step spans (`profiled_steps`) count in the throughput but not in the
+    latency percentiles, unless no other request is left.
     """
     if not requests:
         return None
     ordered = sorted(requests, key=lambda r: r.t)
     ends = np.array([r.t for r in ordered])
-    latencies = np.array([r.duration_s for r in ordered])
+    inside = np.array([_profiled(r, profiled or {}) for r in ordered])
+    if inside.all():
+        inside[:] = False  # nothing but profiled requests: their latency is all there is
+    latencies = np.where(inside, np.nan, [r.duration_s for r in ordered])
     start = float(min(r.t - r.duration_s for r in ordered))
     span = float(ends[-1]) - start
-    p50, p95, p99 = (float(p) for p in np.percentile(latencies, PERCENTILES))
+    p50, p95, p99 = (float(p) for p in np.nanpercentile(latencies, PERCENTILES))
     samples = float(sum(v for _, v in batch_sizes)) if batch_sizes else None
     return RequestStats(
         requests=len(ordered),
@@ -124,6 +153,7 @@ def request_stats(
         windows=sliding_windows(
             ends=ends, latencies=latencies, start=start, batch_sizes=batch_sizes
         ),  # fmt: skip
+        profiled_requests=int(inside.sum()),
     )
 
 
@@ -135,8 +165,9 @@ def sliding_windows(
     batch_sizes: Sequence[tuple[float, float]] = (),
 ) -> RequestWindows:
     """p50/p95/p99 latency and throughput over windows of span / TARGET_WINDOWS (at least
-    MIN_WINDOW_S), one every half window; `ends` sorted. A window without requests is left out
-    of the percentiles' lines (no latency to show) but counts 0 requests/s."""
+    MIN_WINDOW_S), one every half window; `ends` sorted; a NaN latency (a profiled request)
+    counts in the throughput only. A window without requests is left out of the
+    percentiles' lines (no latency to show) but counts 0 requests/s."""
     span = float(ends[-1]) - start
     window = max(MIN_WINDOW_S, span / TARGET_WINDOWS)
     stride = window / 2
@@ -149,8 +180,9 @@ def sliding_windows(
         low = bisect.bisect_right(ends, begin)
         high = bisect.bisect_right(ends, end)
         inside = latencies[low:high]
-        if len(inside):
-            p50, p95, p99 = (float(p) for p in np.percentile(inside, PERCENTILES))
+        measured = inside[~np.isnan(inside)]
+        if len(measured):
+            p50, p95, p99 = (float(p) for p in np.percentile(measured, PERCENTILES))
             result.t.append(end)
             result.requests.append(len(inside))
             result.p50_s.append(p50)
@@ -179,4 +211,5 @@ def evidence_request_stats(evidence: RunEvidence) -> RequestStats | None:
         batch_sizes=evidence.points(BATCH_SIZE),
         peak_rss_bytes=max(rss) if rss else None,
         peak_cuda_allocated_bytes=max(cuda) if cuda else None,
+        profiled=profiled_steps(trace.source for trace in evidence.traces),
     )

@@ -90,7 +90,12 @@ def _run_lines(run: dict[str, Any]) -> list[str]:
         lines = [
             f"{run['requests']} requests timed by the agent on {run['ranks']} rank(s): latency "
             f"p50 {run['latency_p50_s'] * 1e3:.1f} ms, p95 {run['latency_p95_s'] * 1e3:.1f} ms, "
-            f"p99 {run['latency_p99_s'] * 1e3:.1f} ms",
+            f"p99 {run['latency_p99_s'] * 1e3:.1f} ms"
+            + (
+                f" ({run['profiled_requests']} inside profiler windows left out)"
+                if run.get("profiled_requests")
+                else ""
+            ),
             "  throughput "
             + (f"{rps:.2f} requests/s" if rps is not None else "unknown")
             + (f", {sps:.1f} samples/s" if sps is not None else " (no batch sizes reported)"),

@@ -26,6 +26,7 @@ def requests_panel(*, run: Run, user: Any) -> Panel | None:
             ("Latency p50", format_value(stats.latency_p50_s, "s")),
             ("p95", format_value(stats.latency_p95_s, "s")),
             ("p99", format_value(stats.latency_p99_s, "s")),
+            ("Left out (profiled)", f"{stats.profiled_requests:,}"),
             ("Throughput", _rate(stats.throughput_rps, "requests/s")),
             ("Samples/s", _rate(stats.throughput_sps, "samples/s")),
             ("Peak RSS", _bytes(stats.peak_rss_bytes)),

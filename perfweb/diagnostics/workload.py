@@ -22,7 +22,7 @@ from perfweb.series.models import Chunk
 from perfweb.series.selectors import series_read, series_span
 from perfweb_contract.protocol import STEP_DURATION
 from perfweb_recommender.coverage import Coverage, run_coverage
-from perfweb_recommender.inference import BATCH_SIZE, RequestStats, request_stats
+from perfweb_recommender.inference import BATCH_SIZE, RequestStats, profiled_steps, request_stats
 
 JOB_DEVICES = r"^(process|workers)(:\d+)?$"  # the job's own processes (DeviceNaming)
 
@@ -69,6 +69,7 @@ def run_request_stats(
         peak_rss_bytes=_peak(run=run, name="process.rss", job_only=True),
         peak_cuda_allocated_bytes=_peak(run=run, name="torch.cuda_peak")
         or _peak(run=run, name="torch.cuda_allocated"),
+        profiled=profiled_steps(Trace.objects.filter(run=run).values_list("name", flat=True)),
     )
     return stats, total
 

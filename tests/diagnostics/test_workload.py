@@ -152,6 +152,23 @@ def test_it_computes_an_inference_runs_request_statistics(agent: Agent, token: s
     assert max(windows["p99_s"][:-3]) < 0.05
 
 
+def test_requests_inside_a_stored_profiler_window_are_left_out_of_the_latencies(
+    agent: Agent,
+) -> None:
+    from perfweb.diagnostics.models import Trace
+
+    latencies = [0.010] * 20 + [0.100] * 6 + [0.010] * 74  # 20..25 paid for the profiler
+    inference_run(agent, latencies)
+    run = Run.objects.get()
+    stats, _ = run_request_stats(run=run)
+    assert stats is not None and stats.latency_p99_s == pytest.approx(0.100)
+    Trace.objects.create(run=run, agent_id="a", name="rank0-step20-25", rank=0, path="x",
+                         size=1, sha256="0" * 64)  # fmt: skip
+    stats, _ = run_request_stats(run=run)
+    assert stats is not None and stats.profiled_requests == 6 and stats.requests == 100
+    assert stats.latency_p99_s == pytest.approx(0.010)
+
+
 def test_it_reads_a_long_runs_percentiles_from_raw_requests_only(agent: Agent) -> None:
     latencies = [0.001] * (STEP_POINTS + 1000)
     inference_run(agent, latencies, per_batch=2000)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from perfweb_recommender.evidence import StepSample
-from perfweb_recommender.inference import MIN_WINDOW_S, request_stats
+from perfweb_recommender.inference import MIN_WINDOW_S, profiled_steps, request_stats
 from tests.agent.conftest import ROOT
 from tests.recommender.offline_runs import inference_batch, write_agent
 
@@ -34,6 +34,27 @@ def test_it_computes_latency_percentiles_of_every_request() -> None:
     assert stats.latency_p95_s == pytest.approx(0.050)
     assert stats.latency_p99_s == pytest.approx(np.percentile(latencies, 99))
     assert 0.05 < stats.latency_p99_s < 0.5
+
+
+def test_requests_inside_a_profiler_window_count_but_not_in_the_latencies() -> None:
+    # Requests 20..25 ran under the agent's profiler window (its trace's name says so) and
+    # paid for it: 100 ms instead of 10 ms. They are served requests, not the model's latency.
+    latencies = [0.010] * 20 + [0.100] * 6 + [0.010] * 74
+    names = ["/d/traces/rank0-step20-25.pt.trace.json.gz", "other.json", "xrank1-step1-2"]
+    assert profiled_steps(names) == {0: [(20, 25)]}
+    assert profiled_steps(["rank0-step20-25"]) == {0: [(20, 25)]}  # the server's trace name
+    profiled = profiled_steps(names)
+    stats = request_stats(requests=_requests(latencies), profiled=profiled)
+    assert stats is not None and stats.requests == 100 and stats.profiled_requests == 6
+    assert stats.latency_p99_s == pytest.approx(0.010)  # the window's requests left out
+    assert max(stats.windows.p99_s) == pytest.approx(0.010)
+    assert stats.throughput_rps == pytest.approx(100 / sum(latencies))  # all 100 served
+    unmarked = request_stats(requests=_requests(latencies))
+    assert unmarked is not None and unmarked.latency_p99_s == pytest.approx(0.100)
+    other_rank = request_stats(requests=_requests(latencies, rank=1), profiled=profiled)
+    assert other_rank is not None and other_rank.profiled_requests == 0
+    only = request_stats(requests=_requests([0.1] * 3, t0=0.0)[:3], profiled={0: [(0, 5)]})
+    assert only is not None and only.latency_p50_s == pytest.approx(0.1)  # nothing else left
 
 
 def test_it_measures_throughput_in_requests_and_samples_per_second() -> None:
