@@ -6,8 +6,8 @@ import logging
 
 import pytest
 
-from perfweb_agent import log as agent_log
 from perfweb_agent.collectors.nvml import NvmlCollector
+from perfweb_agent.runtime import logger as agent_log
 from tests.agent.nvml_fixtures import H100_LOAD, H100_MIG, MIB, RecordedNvml
 
 
