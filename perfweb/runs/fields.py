@@ -42,8 +42,12 @@ def text(value: str, name: str) -> str:
 
 def key_path(path: str, key: str) -> str:
     """`path.key`, the key shown escaped when it is not plain printable text."""
-    shown = key if key.isascii() and key.isprintable() and key else ascii(key)
+    shown = _shown(key)
     return f"{path}.{shown}" if path else shown
+
+
+def _shown(key: str) -> str:
+    return key if key.isascii() and key.isprintable() and key else ascii(key)
 
 
 def obj(value: Any, path: str) -> dict[str, Any]:
@@ -62,7 +66,7 @@ def string(
     max_length: int = 1000,
 ) -> str | None:
     value = body.get(key)
-    name = f"{path}{key}"
+    name = f"{path}{_shown(key)}"
     if value is None:
         if required:
             raise Invalid(f"{name} is missing")
@@ -88,7 +92,7 @@ def integer(
 ) -> int | None:
     """An integer that fits a signed `bits`-bit column (an IntegerField is 32)."""
     value = body.get(key)
-    name = f"{path}{key}"
+    name = f"{path}{_shown(key)}"
     if value is None:
         if required:
             raise Invalid(f"{name} is missing")
@@ -106,7 +110,7 @@ def unix_time(
     body: dict[str, Any], key: str, *, path: str = "", required: bool = False
 ) -> float | None:
     value = body.get(key)
-    name = f"{path}{key}"
+    name = f"{path}{_shown(key)}"
     if value is None:
         if required:
             raise Invalid(f"{name} is missing")
@@ -123,7 +127,7 @@ def flat_dict(body: dict[str, Any], key: str, *, path: str = "") -> dict[str, An
     value = body.get(key)
     if value is None:
         return {}
-    name = f"{path}{key}"
+    name = f"{path}{_shown(key)}"
     if not isinstance(value, dict):
         raise Invalid(f"{name} is not an object")
     for item_key, item in value.items():

@@ -67,7 +67,7 @@ agent = Agent(settings, nvml_query=RecordedNvml([H100_LOAD, H100_MIG]))
 agent.start()
 for _ in range(30):
     time.sleep(0.01)
-    perfweb_agent.step()
+    agent.step()
 agent.close(exit_code=0)
 """
 

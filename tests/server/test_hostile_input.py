@@ -132,6 +132,17 @@ def test_it_rejects_a_finish_whose_produced_counts_have_a_nul_key(started: Agent
     assert Run.objects.get().status == "running"
 
 
+def test_a_control_character_in_a_key_is_shown_escaped_in_the_one_line_error(
+    started: Agent,
+) -> None:
+    # Found by the fuzz test on PostgreSQL: a key "\n" put a line break in the error.
+    body = {"run_id": RUN_ID, "agent_id": AGENT_ID, "final": True, "exit_code": 0,
+            "produced": {"steps": 30, "\n": False}}  # fmt: skip
+    before = stored_state()
+    assert_rejected(started.post("finish", body), 400, "produced.'\\n' is not an integer")
+    assert stored_state() == before
+
+
 def test_it_rejects_a_lone_surrogate_as_invalid_json(agent: Agent) -> None:
     # Python's json writes the escape; no JSON parser may turn it into a string.
     raw = json.dumps(start_body(name="\ud800")).encode()
