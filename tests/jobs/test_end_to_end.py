@@ -74,9 +74,12 @@ def test_a_knob_that_does_nothing_on_a_healthy_run_is_never_verified(stack: Stac
     rounds = len(state["arms"]) // 2
     assert 4 <= rounds <= 8, state
     status, _gain, _speedup = _verification(stack, run_id, "cudnn.benchmark")
-    if state["ci_low"] >= 0.95 and state["ci_high"] <= 1.05:  # narrow: it does nothing
-        assert state["verdict"] == "no measurable difference" and status == "refuted", state
-        assert state["stop_reason"].endswith("the interval decided (no measurable difference)")
+    if state["ci_low"] >= 0.95 and state["ci_high"] <= 1.05:  # narrow: decided, never verified
+        # A no-op knob measures "no measurable difference", or "slower" when this shared
+        # machine happened to slow the candidate's rounds by more than 2%: refuted either way.
+        assert state["verdict"] in ("no measurable difference", "slower"), state
+        assert status == "refuted", state
+        assert state["stop_reason"].endswith(f"the interval decided ({state['verdict']})")
     else:  # too wide to tell: more rounds were run, and the estimate stands
         assert state["verdict"] == "inconclusive" and status == "inconclusive", state
         assert rounds == 8 or "time bound" in state["stop_reason"], state
