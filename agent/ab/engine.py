@@ -10,7 +10,8 @@ agent/ab/offline.py), the peak RSS from the arm's own resource usage (the larges
 its tree, `wait4`), and the first `warmup` steps are discarded. For inference the outermost
 module's outputs on the first requests of each arm (agent/ab/outputs.py) are compared, the
 candidate against the baseline of the same round. `perfweb_agent.ab.stats.compare` turns the rounds
-into latency, throughput and memory of each arm, speedup, a bootstrap CI, the output
+into latency, throughput and memory of each arm, speedup, its 95% CI from the
+rounds' spread, the output
 agreement and the verdict (a faster candidate whose results moved is "faster but changes
 results").
 While the verdict is inconclusive (an interval too wide to decide), the engine adds rounds,
@@ -52,6 +53,7 @@ from perfweb_agent.ab.stats import (
     combined_kind,
     compare,
     paired_round,
+    planned_looks,
     stop_of,
     stop_sentence,
 )
@@ -117,8 +119,8 @@ class AbPlan:
         self.knobs = validate_knobs(self.knobs)
         if not self.knobs:
             raise AbError("at least one --knob is needed for the candidate")
-        if not (1 <= self.rounds <= 50 and 3 <= self.steps <= 10_000 and self.warmup >= 0):
-            raise AbError("rounds must be 1..50, steps 3..10000 and warmup >= 0")
+        if not (2 <= self.rounds <= 50 and 3 <= self.steps <= 10_000 and self.warmup >= 0):
+            raise AbError("rounds must be 2..50, steps 3..10000 and warmup >= 0")
         self.max_rounds = self.max_rounds or self.rounds
         if not self.rounds <= self.max_rounds <= 50:
             raise AbError("max rounds must be at least rounds and at most 50")
@@ -212,7 +214,10 @@ def run_ab(
         slowest = max(slowest, clock() - round_started)
         if len(rounds) < plan.rounds:
             continue
-        result = compare(rounds, top1_min=plan.agreement_top1, rel_max=plan.agreement_rtol)
+        result = compare(
+            rounds, looks=planned_looks(plan.rounds, plan.max_rounds),
+            top1_min=plan.agreement_top1, rel_max=plan.agreement_rtol,
+        )  # fmt: skip
         out_of_time = clock() - started + slowest > plan.time_budget_s
         stopped = stop_of(
             verdict=result.verdict, rounds=len(rounds), max_rounds=plan.max_rounds,

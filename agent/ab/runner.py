@@ -32,7 +32,7 @@ from perfweb_agent.delivery import transport
 from perfweb_contract import api
 from perfweb_contract.knobs import KnobError, KnobValue, validate_knobs
 
-LIMITS = {"rounds": (1, 20), "steps": (3, 1000), "warmup": (0, 100)}
+LIMITS = {"rounds": (2, 20), "steps": (3, 1000), "warmup": (0, 100)}
 
 
 class Refused(Exception):

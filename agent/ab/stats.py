@@ -7,11 +7,13 @@ fed by DataLoader workers is bursty (a few near-zero steps served from the prefe
 then a wait), and the median of such a window jumps between the two modes from round to
 round, while the mean is what the user's training time is made of.
 
-Stdlib only (it runs on the training host next to the user's job). The bootstrap is
-two-level: it resamples rounds (each round holds one baseline and one candidate arm, run back
-to back), then steps within each chosen arm. Resampling rounds carries the between-round
+Stdlib only (it runs on the training host next to the user's job). The interval comes from
+the rounds (each round holds one baseline and one candidate arm, run back to back): each
+round's own speedup is one observation, and Student's t over them carries the between-round
 drift of a shared machine into the interval, so a knob that does nothing is not declared
-faster because one round happened to run while something else was busy.
+faster because one round happened to run while something else was busy. The engine adds
+rounds while the interval is too wide to decide; every such look is paid for (the interval
+of each is at 1 - 5% / looks), so looking again until noise clears 1 stays a 5% risk in all.
 
 A faster candidate whose results moved (outputs beyond the agreement tolerance, or the loss
 beyond the parity tolerance) gets the verdict CHANGES_RESULTS, never "faster": `final_verdict`
@@ -22,7 +24,6 @@ is the one place that decides it, and `before_after_rows` the one before/after t
 from __future__ import annotations
 
 import math
-import random
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -46,6 +47,10 @@ KINDS = (TRAINING, INFERENCE, UNKNOWN_KIND)
 # A difference smaller than this is within what interleaved rounds on a shared host can
 # resolve, whatever the interval says: 2% of step time.
 MIN_EFFECT = 0.02
+# The confidence of the interval over all the looks a measurement takes (`planned_looks`):
+# each look's interval is at 1 - 5% / looks, so adding rounds until the interval happens
+# to clear 1 does not turn noise into a verdict more often than 5% of the time in all.
+LEVEL = 0.95
 # "No measurable difference" is a claim too: the whole 95% interval must lie within 1 ± 5%.
 # A wider interval that straddles 1 says only that the rounds could not tell.
 EQUIVALENCE = 0.05
@@ -153,6 +158,7 @@ class Comparison:
     candidate_metrics: ArmMetrics | None = None
     agreement: OutputAgreement = field(default_factory=lambda: OutputAgreement(visible=False))
     speed_verdict: str = ""  # the verdict of the interval alone, before `final_verdict`
+    looks: int = 1  # looks the interval's 95% covers (`planned_looks`)
 
     def to_dict(self) -> dict:
         """JSON-ready form (the `perf-agent ab --format json` and job result shape)."""
@@ -164,54 +170,100 @@ def speedup_of(baseline: Sequence[float], candidate: Sequence[float]) -> float:
     return statistics.fmean(baseline) / statistics.fmean(candidate)
 
 
-def bootstrap_ci(
-    rounds: Sequence[Round], *, resamples: int = 2000, level: float = 0.95, seed: int = 0
+def planned_looks(rounds: int, max_rounds: int) -> int:
+    """How many times a measurement of `rounds` rounds, extended up to `max_rounds` while
+    inconclusive, may look at its interval: once after `rounds`, then after each added one."""
+    return max(1, max_rounds - rounds + 1)
+
+
+def speedup_interval(
+    rounds: Sequence[Round], *, speedup: float, level: float = LEVEL
 ) -> tuple[float, float]:
-    """Percentile interval of the speedup under two-level (round, then step) resampling.
+    """The `level` interval of `speedup` from the spread of the rounds' own speedups.
 
-    Only the sum of an arm's resampled steps matters. An arm of at most
-    EXACT_RESAMPLE_STEPS steps is resampled step by step; a longer one draws that sum from
-    its normal limit (mean k*m, deviation sqrt(k)*sd of the arm's steps, the central limit
-    of k draws with replacement): 20 rounds of 1,000 steps take well under a second
-    instead of half a minute, which matters because the engine and the server both
-    compute it, the engine after every added round.
+    Each round's log speedup (log of its baseline mean over its candidate mean) is one
+    observation: it carries the within-round noise of both arms and the drift between
+    rounds alike. The interval is speedup ×/÷ exp(t · s / √n), with t Student's quantile
+    for n - 1 degrees of freedom, which is what keeps a few rounds honest: with 4 rounds t
+    is 3.18, not the normal 1.96. s is the rounds' standard deviation, but never less than
+    what the arms' own step-to-step noise alone gives a round: 3 rounds can agree by chance,
+    their steps' spread still shows. Needs at least 2 rounds.
     """
-    rng = random.Random(seed)
-    arms = [(_ArmStats.of(r.baseline), _ArmStats.of(r.candidate)) for r in rounds]
-    estimates: list[float] = []
-    for _ in range(resamples):
-        base_sum = base_count = cand_sum = cand_count = 0.0
-        for _round in rounds:
-            baseline, candidate = arms[rng.randrange(len(arms))]
-            base_sum += baseline.resampled_sum(rng)
-            cand_sum += candidate.resampled_sum(rng)
-            base_count += len(baseline.values)
-            cand_count += len(candidate.values)
-        estimates.append((base_sum / base_count) / (cand_sum / cand_count))
-    estimates.sort()
-    tail = (1.0 - level) / 2.0
-    return _quantile(estimates, tail), _quantile(estimates, 1.0 - tail)
+    if len(rounds) < 2:
+        raise ValueError("an interval needs at least 2 rounds: one cannot show the drift")
+    logs = [math.log(statistics.fmean(r.baseline) / statistics.fmean(r.candidate)) for r in rounds]
+    within = statistics.fmean(
+        _log_mean_variance(r.baseline) + _log_mean_variance(r.candidate) for r in rounds
+    )
+    spread = math.sqrt(max(statistics.variance(logs), within))
+    half = t_quantile(1.0 - (1.0 - level) / 2.0, len(logs) - 1) * spread / math.sqrt(len(logs))
+    return speedup * math.exp(-half), speedup * math.exp(half)
 
 
-# Arms up to this many steps are resampled exactly; longer ones by the normal limit.
-EXACT_RESAMPLE_STEPS = 32
+def _log_mean_variance(steps: Sequence[float]) -> float:
+    """The variance of the log of the mean of `steps`, from their own spread (delta method:
+    var(mean) / mean², with var(mean) = s² / k); 0 for a single step."""
+    if len(steps) < 2:
+        return 0.0
+    mean = statistics.fmean(steps)
+    return statistics.variance(steps) / len(steps) / (mean * mean)
 
 
-@dataclass(frozen=True)
-class _ArmStats:
-    values: Sequence[float]
-    mean: float
-    deviation: float  # population standard deviation: that of one draw with replacement
+def t_quantile(p: float, df: int) -> float:
+    """Student's t quantile: the t with P(T <= t) = p for `df` degrees of freedom (p >= 0.5)."""
+    if not 0.5 <= p < 1.0 or df < 1:
+        raise ValueError("t_quantile needs 0.5 <= p < 1 and df >= 1")
+    tail = 1.0 - p
+    low, high = 0.0, 1.0
+    while _t_upper_tail(high, df) > tail:
+        low, high = high, high * 2.0
+    for _ in range(200):  # bisection: the tail falls monotonically in t
+        middle = (low + high) / 2.0
+        if _t_upper_tail(middle, df) > tail:
+            low = middle
+        else:
+            high = middle
+        if high - low <= 1e-12 * high:
+            break
+    return (low + high) / 2.0
 
-    @classmethod
-    def of(cls, values: Sequence[float]) -> _ArmStats:
-        return cls(values, statistics.fmean(values), statistics.pstdev(values))
 
-    def resampled_sum(self, rng: random.Random) -> float:
-        k = len(self.values)
-        if k <= EXACT_RESAMPLE_STEPS:
-            return math.fsum(rng.choices(self.values, k=k))
-        return rng.gauss(k * self.mean, math.sqrt(k) * self.deviation)
+def _t_upper_tail(t: float, df: int) -> float:
+    """P(T > t) for t >= 0: half the regularized incomplete beta I_{df/(df+t²)}(df/2, 1/2)."""
+    return 0.5 * _incomplete_beta(df / (df + t * t), df / 2.0, 0.5)
+
+
+def _incomplete_beta(x: float, a: float, b: float) -> float:
+    """The regularized incomplete beta function I_x(a, b), by its continued fraction
+    (evaluated with the modified Lentz method; the symmetry I_x(a, b) = 1 - I_{1-x}(b, a)
+    keeps x on the side where the fraction converges fast)."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    if x > (a + 1.0) / (a + b + 2.0):
+        return 1.0 - _incomplete_beta(1.0 - x, b, a)
+    log_front = (
+        math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
+        + a * math.log(x) + b * math.log1p(-x)
+    )  # fmt: skip
+    tiny = 1e-300
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    fraction = d
+    for m in range(1, 300):
+        for numerator in (
+            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
+        ):
+            d = 1.0 + numerator * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + numerator / c
+            c = c if abs(c) > tiny else tiny
+            fraction *= c * d
+        if abs(c * d - 1.0) < 1e-14:
+            break
+    return math.exp(log_front) * fraction / a
 
 
 def _quantile(ordered: Sequence[float], q: float) -> float:
@@ -488,22 +540,24 @@ def loss_parity(rounds: Sequence[Round], *, tolerance: float = LOSS_TOLERANCE) -
 def compare(
     rounds: Sequence[Round],
     *,
+    looks: int = 1,
     min_effect: float = MIN_EFFECT,
     loss_tolerance: float = LOSS_TOLERANCE,
     top1_min: float = AGREEMENT_TOP1_MIN,
     rel_max: float = AGREEMENT_RTOL,
-    resamples: int = 2000,
-    seed: int = 0,
 ) -> Comparison:
     """Step times, speedup, 95% CI, each arm's metrics, the results check and the verdict
-    of complete rounds (each arm non-empty)."""
+    of complete rounds (each arm non-empty; at least 2 rounds). `looks`: how many times the
+    measurement may look at its interval (`planned_looks`); each look's interval is at
+    1 - 5% / looks, so the 95% holds over all of them."""
     usable = [r for r in rounds if r.baseline and r.candidate]
-    if not usable:
-        raise ValueError("no round has step times for both arms")
+    if len(usable) < 2:
+        raise ValueError(f"{len(usable)} rounds have step times for both arms; 2 are needed")
     baseline = [x for r in usable for x in r.baseline]
     candidate = [x for r in usable for x in r.candidate]
     speedup = speedup_of(baseline, candidate)
-    ci_low, ci_high = bootstrap_ci(usable, resamples=resamples, seed=seed)
+    looks = max(1, looks)
+    ci_low, ci_high = speedup_interval(usable, speedup=speedup, level=1 - (1 - LEVEL) / looks)
     base_mean, cand_mean = statistics.fmean(baseline), statistics.fmean(candidate)
     speed = verdict_of(speedup, ci_low, ci_high, min_effect=min_effect)
     parity = loss_parity(usable, tolerance=loss_tolerance)
@@ -535,6 +589,7 @@ def compare(
         candidate_metrics=_metrics_of(usable, "candidate"),
         agreement=agreement,
         speed_verdict=speed,
+        looks=looks,
     )
 
 

@@ -33,7 +33,9 @@ def register(sub: Any) -> None:
     """Add `ab` and `runner` to the `perf-agent` subcommands."""
     ab = sub.add_parser("ab", help="measure a knob A/B on your own workload")
     ab.add_argument("--knob", action="append", default=[], metavar="K=V", required=True)
-    ab.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
+    ab.add_argument(
+        "--rounds", type=int, default=5, help="interleaved rounds (default 5, at least 2)"
+    )
     ab.add_argument("--steps", type=int, default=20, help="measured steps per arm (default 20)")
     ab.add_argument("--warmup", type=int, default=3, help="discarded steps per arm (default 3)")
     ab.add_argument(
@@ -149,7 +151,7 @@ def format_text(result: Comparison, plan: AbPlan) -> str:
         f"knobs      {format_knobs(plan.knobs)}",
         f"workload   {kind}: {result.rounds} rounds x {result.steps_per_arm} {unit} per arm",
         f"speedup    {result.speedup:.2f}x (95% CI {result.ci_low:.2f}x - "
-        f"{result.ci_high:.2f}x; mean time per {unit[:-1]})",
+        f"{result.ci_high:.2f}x over {_looks(result.looks)}; mean time per {unit[:-1]})",
         f"verdict    {verdict}" + (f": {why} (not verified)" if why else ""),
         f"stopped    {result.stop_reason}",
         "",
@@ -162,6 +164,11 @@ def format_text(result: Comparison, plan: AbPlan) -> str:
             f"tolerance: top-1 >= {agreement.top1_min:.0%}, rel. diff <= {agreement.rel_max:.0e})"
         )
     return "\n".join(lines)
+
+
+def _looks(looks: int) -> str:
+    """What the interval's 95% covers: the looks a job that adds rounds may take."""
+    return "1 look" if looks == 1 else f"up to {looks} looks"
 
 
 def format_table(rows: list[dict[str, Any]]) -> list[str]:

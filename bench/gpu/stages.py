@@ -72,11 +72,12 @@ class Config:
 
     @classmethod
     def smoke_on(cls, device: str, work: Path) -> Config:
-        """Tiny everything: a few steps of each workload, one overhead round, one A/B round."""
+        """Tiny everything: a few steps of each workload, one overhead round and two A/B
+        rounds (the fewest an interval needs)."""
         return cls(
             device=device, smoke=True, work=work, startup_s=4.0, min_steps=8, min_seconds=0.0,
             max_seconds=20.0, idle_seconds=0.5, profile_warmup_steps=3, overhead_rounds=1,
-            overhead_steps=30, ab_rounds=1, ab_steps=3, ab_warmup=1,
+            overhead_steps=30, ab_rounds=2, ab_steps=3, ab_warmup=1,
         )  # fmt: skip
 
 

@@ -37,6 +37,7 @@ from perfweb_agent.ab.stats import (
     changed_results_note,
     compare,
     final_verdict,
+    planned_looks,
     round_from_arms,
     stop_of,
     stop_sentence,
@@ -44,7 +45,7 @@ from perfweb_agent.ab.stats import (
 from perfweb_contract.knobs import FINDING_KNOBS, KNOBS, KnobError, validate_knobs
 from perfweb_contract.verdicts import CHANGES_RESULTS, FASTER, INCONCLUSIVE, VERDICT_LABELS
 
-SIZE_LIMITS = {"rounds": (1, 20), "steps": (3, 1000), "warmup": (0, 100)}
+SIZE_LIMITS = {"rounds": (2, 20), "steps": (3, 1000), "warmup": (0, 100)}
 # A job's output-agreement tolerance: top-1 agreement at least this share, the max relative
 # difference at most this (0 demands identical outputs).
 TOLERANCE_LIMITS = {"agreement_top1": (0.0, 1.0), "agreement_rtol": (0.0, 1.0)}
@@ -323,8 +324,9 @@ def job_comparison(*, job: Job) -> Comparison:
     for arm in JobArm.objects.filter(job=job).order_by("round"):
         arms.setdefault(arm.round, {})[arm.arm] = arm
     complete = [pair for _, pair in sorted(arms.items()) if len(pair) == 2]
-    if len(complete) < job.rounds:
-        raise JobError(f"the job has {len(complete)} complete rounds of the {job.rounds} it needs")
+    needed = max(job.rounds, 2)  # an interval needs 2 (a job queued before that rule had 1)
+    if len(complete) < needed:
+        raise JobError(f"the job has {len(complete)} complete rounds of the {needed} it needs")
 
     rounds = [
         round_from_arms(
@@ -334,7 +336,10 @@ def job_comparison(*, job: Job) -> Comparison:
     ]
     # The verdict is the engine's: speed from the interval, then the results check against
     # this job's tolerance (a faster candidate whose outputs or loss moved is never "faster").
-    comparison = compare(rounds, top1_min=job.agreement_top1, rel_max=job.agreement_rtol)
+    comparison = compare(
+        rounds, looks=planned_looks(job.rounds, job.max_rounds),
+        top1_min=job.agreement_top1, rel_max=job.agreement_rtol,
+    )  # fmt: skip
     # A runner stops early only at its time bound; a decided verdict or the limit says so.
     stopped = stop_of(
         verdict=comparison.verdict, rounds=len(rounds), max_rounds=job.max_rounds,

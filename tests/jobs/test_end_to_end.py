@@ -51,13 +51,15 @@ def test_the_num_workers_fix_of_an_input_bound_run_is_verified(stack: Stack) -> 
     )
     state = stack.wait_job(job_id)
     assert state["status"] == "succeeded", state["error"] + stack.logs()
-    assert state["progress"] == {"done": 6, "total": 6, "fraction": 1.0}
+    rounds = len(state["arms"]) // 2  # 3, or more while the interval was too wide
+    assert 3 <= rounds <= 20 and state["result"]["rounds"] == rounds, state
+    assert state["progress"] == {"done": 2 * rounds, "total": 2 * rounds, "fraction": 1.0}
     assert state["speedup"] > 1.3 and state["ci_low"] > 1.0, state
     assert state["verdict"] == "faster"
     assert state["result"]["loss_parity"]["within_tolerance"] is True
     status, gain, speedup = _verification(stack, run_id, "dataloader.num_workers")
     assert status == "verified" and gain > 0.2 and speedup == state["speedup"]
-    print("num_workers=2:", _summary(state))
+    print("num_workers=2:", _summary(state), f"({rounds} rounds)")
 
 
 def test_a_knob_that_does_nothing_on_a_healthy_run_is_never_verified(stack: Stack) -> None:
@@ -74,14 +76,16 @@ def test_a_knob_that_does_nothing_on_a_healthy_run_is_never_verified(stack: Stac
     rounds = len(state["arms"]) // 2
     assert 4 <= rounds <= 8, state
     status, _gain, _speedup = _verification(stack, run_id, "cudnn.benchmark")
-    if state["ci_low"] >= 0.95 and state["ci_high"] <= 1.05:  # narrow: decided, never verified
-        # A no-op knob measures "no measurable difference", or "slower" when this shared
-        # machine happened to slow the candidate's rounds by more than 2%: refuted either way.
-        assert state["verdict"] in ("no measurable difference", "slower"), state
+    # A knob that does nothing is neither faster nor slower: the interval of the rounds'
+    # spread, paid for each of its looks, lets noise decide either in about 0.5% of such jobs
+    # (bench/ab_noise.py on this host; the bootstrap rule before it did in 7%).
+    assert state["verdict"] in ("no measurable difference", "inconclusive"), state
+    if state["verdict"] == "no measurable difference":
+        assert state["ci_low"] >= 0.95 and state["ci_high"] <= 1.05, state
         assert status == "refuted", state
-        assert state["stop_reason"].endswith(f"the interval decided ({state['verdict']})")
+        assert state["stop_reason"].endswith("the interval decided (no measurable difference)")
     else:  # too wide to tell: more rounds were run, and the estimate stands
-        assert state["verdict"] == "inconclusive" and status == "inconclusive", state
+        assert status == "inconclusive", state
         assert rounds == 8 or "time bound" in state["stop_reason"], state
     print("cudnn_benchmark=true:", _summary(state), state["verdict"], f"({rounds} rounds)")
 
@@ -143,7 +147,8 @@ def test_the_job_page_draws_the_rounds_and_a_full_progress_bar(stack: Stack, bro
             "document.querySelectorAll('#rounds-chart .scatterlayer .trace').length === 2"
         )
         points = page.eval_on_selector_all("#rounds-chart .scatterlayer .point", "p => p.length")
-        assert points == 6  # 3 rounds x (baseline, candidate)
+        rounds = len(stack.job_state(job_id)["arms"]) // 2
+        assert points == 2 * rounds  # each round's baseline and candidate
         assert page.eval_on_selector("progress", "p => p.value") == 1
         assert "faster" in page.inner_text("[data-testid=job-summary]")
     finally:

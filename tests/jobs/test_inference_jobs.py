@@ -329,7 +329,7 @@ def test_the_json_api_starts_a_job_with_its_tolerance(owner: Any, outsider: Any,
         ({**body, "agreement_rtol": "0.1"}, "agreement_rtol must be a number in 0..1"),
         ({**body, "agreement_top1": True}, "agreement_top1 must be a number in 0..1"),
         ({**body, "agreement_top1": 1.01}, "agreement_top1 must be a number in 0..1"),
-        ({**body, "rounds": "4"}, "rounds must be in 1..20"),
+        ({**body, "rounds": "4"}, "rounds must be in 2..20"),
         ({**body, "knobs": {"command": "sh"}}, 'unknown knob "command"'),
         (
             {**body, "knobs": {"threads": 2}},

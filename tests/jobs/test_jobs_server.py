@@ -135,7 +135,9 @@ def test_progress_result_and_verification(
     assert reply.status_code == 200, reply.content
     job = Job.objects.get(id=claimed["id"])
     assert job.status == Job.SUCCEEDED and job.verdict == "faster"
-    assert job.speedup == pytest.approx(2.5) and 2.4 < job.ci_low < 2.5 < job.ci_high < 2.6
+    # The rounds agree exactly; the interval is the steps' own +-2% noise at the 16 looks a
+    # job of 5 rounds, up to 20, may take.
+    assert job.speedup == pytest.approx(2.5) and 2.35 < job.ci_low < 2.5 < job.ci_high < 2.65
     assert job.result["speedup"] == job.speedup and job.result["rounds"] == 5
     assert job.stop_reason == "stopped after 5 rounds: the interval decided (faster)"
     verification = FixVerification.objects.get(run=run, finding_id="dataloader.num_workers")

@@ -65,7 +65,8 @@ def test_a_job_may_add_rounds_up_to_its_limit_and_time_budget(book: str) -> None
         ({"knobs": {"LD_PRELOAD": "/tmp/x.so"}}, 'unknown knob "LD_PRELOAD"'),
         ({"knobs": {"num_workers": "4; rm -rf /"}}, "is not a whole number"),
         ({"knobs": {}}, "the job has no knob to try"),
-        ({"rounds": 10_000}, "rounds must be a whole number in 1..20"),
+        ({"rounds": 10_000}, "rounds must be a whole number in 2..20"),
+        ({"rounds": 1}, "rounds must be a whole number in 2..20"),  # one round: no interval
         ({"steps": True}, "steps must be a whole number"),
         ({"max_rounds": 2}, "max_rounds must be in 3..20"),
         ({"max_rounds": 21}, "max_rounds must be in 3..20"),
