@@ -30,9 +30,8 @@ from perfweb_agent.ab.engine import AbCancelled, AbError, AbPlan, Arm, check_tol
 from perfweb_agent.ab.stats import AGREEMENT_RTOL, AGREEMENT_TOP1_MIN
 from perfweb_agent.delivery import transport
 from perfweb_contract import api
+from perfweb_contract.jobs import MAX_ROUNDS, SIZE_LIMITS
 from perfweb_contract.knobs import KnobError, KnobValue, validate_knobs
-
-LIMITS = {"rounds": (2, 20), "steps": (3, 1000), "warmup": (0, 100)}
 
 
 class Refused(Exception):
@@ -63,8 +62,8 @@ def _adaptive_sizes(job: dict[str, Any], rounds: int) -> tuple[int, float]:
     max_rounds = job.get("max_rounds", rounds)
     if isinstance(max_rounds, bool) or not isinstance(max_rounds, int):
         raise Refused("max_rounds must be a whole number")
-    if not rounds <= max_rounds <= LIMITS["rounds"][1]:
-        raise Refused(f"max_rounds must be in {rounds}..{LIMITS['rounds'][1]}")
+    if not rounds <= max_rounds <= MAX_ROUNDS:
+        raise Refused(f"max_rounds must be in {rounds}..{MAX_ROUNDS}")
     budget = job.get("time_budget_s", 1800.0)
     if isinstance(budget, bool) or not isinstance(budget, int | float) or not 0 < budget <= 86400:
         raise Refused("time_budget_s must be a number of seconds in (0, 86400]")
@@ -104,7 +103,7 @@ def validate_job(
     if not knobs:
         raise Refused("the job has no knob to try")
     sizes = {}
-    for name, (low, high) in LIMITS.items():
+    for name, (low, high) in SIZE_LIMITS.items():
         value = job.get(name)
         if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
             raise Refused(f"{name} must be a whole number in {low}..{high}")

@@ -42,17 +42,16 @@ from perfweb_agent.ab.stats import (
     stop_of,
     stop_sentence,
 )
+from perfweb_contract.jobs import MAX_ROUNDS, SIZE_LIMITS
 from perfweb_contract.knobs import FINDING_KNOBS, KNOBS, KnobError, validate_knobs
 from perfweb_contract.verdicts import CHANGES_RESULTS, FASTER, INCONCLUSIVE, VERDICT_LABELS
 
-SIZE_LIMITS = {"rounds": (2, 20), "steps": (3, 1000), "warmup": (0, 100)}
 # A job's output-agreement tolerance: top-1 agreement at least this share, the max relative
 # difference at most this (0 demands identical outputs).
 TOLERANCE_LIMITS = {"agreement_top1": (0.0, 1.0), "agreement_rtol": (0.0, 1.0)}
 ARM_KINDS = ("training", "inference", "unknown")
 MAX_BYTES = 1 << 50  # a peak memory above 1 PiB is not a measurement
 MAX_BATCH = 1 << 31
-MAX_ROUNDS = 20  # rounds a job may add while its verdict is inconclusive
 TIME_BUDGET_S = 1800  # the runner starts no extra round that would end past this
 
 

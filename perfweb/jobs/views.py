@@ -21,6 +21,7 @@ from perfweb.diagnostics.fix_knobs import finding_knobs
 from perfweb.jobs import selectors, services
 from perfweb.runs.selectors import run_get_for_user
 from perfweb_agent.ab.stats import AGREEMENT_RTOL, AGREEMENT_TOP1_MIN
+from perfweb_contract.jobs import MAX_ROUNDS, SIZE_LIMITS
 from perfweb_contract.knobs import KNOBS, KnobError, parse_knobs, whole_number
 
 
@@ -45,7 +46,7 @@ def run_jobs(request: HttpRequest, run_id: str) -> HttpResponse:
             job = services.job_create(
                 user=request.user, run=run, knobs=knobs, finding_id=finding_id,
                 rounds=_size(request, "rounds", 5), steps=_size(request, "steps", 20),
-                max_rounds=_size(request, "max_rounds", services.MAX_ROUNDS),
+                max_rounds=_size(request, "max_rounds", MAX_ROUNDS),
                 agreement_top1=_tolerance(request, "agreement_top1", AGREEMENT_TOP1_MIN),
                 agreement_rtol=_tolerance(request, "agreement_rtol", AGREEMENT_RTOL),
             )  # fmt: skip
@@ -62,6 +63,7 @@ def run_jobs(request: HttpRequest, run_id: str) -> HttpResponse:
             "knobs": KNOBS.values(),
             "agreement_top1": AGREEMENT_TOP1_MIN,
             "agreement_rtol": AGREEMENT_RTOL,
+            "limits": {name: {"least": lo, "most": hi} for name, (lo, hi) in SIZE_LIMITS.items()},
         },
     )
 
@@ -108,7 +110,7 @@ JSON_DEFAULTS: dict[str, Any] = {
     "rounds": 5,
     "steps": 20,
     "warmup": 3,
-    "max_rounds": services.MAX_ROUNDS,
+    "max_rounds": MAX_ROUNDS,
     "agreement_top1": AGREEMENT_TOP1_MIN,
     "agreement_rtol": AGREEMENT_RTOL,
 }

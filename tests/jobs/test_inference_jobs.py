@@ -281,6 +281,9 @@ def test_the_form_sets_the_agreement_tolerance(owner: Any, run: Any, token: str)
     page = browser.get(f"/runs/{run.run_id}/jobs/").content.decode()
     assert 'name="agreement_top1"' in page and 'value="0.99"' in page
     assert 'name="agreement_rtol"' in page and 'value="0.01"' in page
+    # the size fields carry the limits the server and the runner check (2 rounds at least)
+    assert '<input name="rounds" type="number" min="2" max="20" value="5">' in page
+    assert '<input name="max_rounds" type="number" min="2" max="20" value="20">' in page
     reply = browser.post(f"/runs/{run.run_id}/jobs/", {
         "knob": "quantize=dynamic", "agreement_top1": "0.95", "agreement_rtol": "5e-2",
     })  # fmt: skip
