@@ -197,7 +197,13 @@ def speedup_interval(
     )
     spread = math.sqrt(max(statistics.variance(logs), within))
     half = t_quantile(1.0 - (1.0 - level) / 2.0, len(logs) - 1) * spread / math.sqrt(len(logs))
+    half = min(half, MAX_LOG_HALF_WIDTH)  # JSON has no infinity; e^50 is wide enough to say so
     return speedup * math.exp(-half), speedup * math.exp(half)
+
+
+# The widest interval reported, in log speedup: a factor of e^50 either way (two rounds whose
+# speedups differ 50-fold, looked at 19 times, would otherwise reach past a float).
+MAX_LOG_HALF_WIDTH = 50.0
 
 
 def _log_mean_variance(steps: Sequence[float]) -> float:

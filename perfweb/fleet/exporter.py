@@ -28,6 +28,7 @@ class SnapshotCollector:
         yield from self._runs()
         yield from self._latest()
         yield from self._steps()
+        yield from self._scalars()
         yield from self._findings()
 
     def _run_values(self, run: RunLabels) -> list[str]:
@@ -78,6 +79,18 @@ class SnapshotCollector:
             if stats.data_wait_share is not None:
                 wait.add_metric([*self._run_values(stats.run), stats.rank], stats.data_wait_share)
         yield from (step, latency, wait)
+
+    def _scalars(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily(
+            "perfweb_script_scalar",
+            "the latest value of each scalar the script logs (perfweb_agent.log, or the "
+            "Hugging Face / Lightning callbacks' loss, learning rate and grad norm)",
+            labels=[*RUN_LABELS, "rank", "name"],
+        )
+        for scalar in self.snapshot.scalars:
+            family.add_metric([*self._run_values(scalar.run), scalar.rank, scalar.name],
+                              scalar.value)  # fmt: skip
+        yield family
 
     def _findings(self) -> Iterator[Metric]:
         gain = GaugeMetricFamily(

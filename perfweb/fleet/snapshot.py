@@ -16,6 +16,7 @@ from perfweb.diagnostics.models import Finding
 from perfweb.projects.models import Project
 from perfweb.runs.models import Run
 from perfweb.series.recent import recent_samples
+from perfweb_contract import protocol
 from perfweb_contract.protocol import STEP_DATA_WAIT, STEP_DURATION
 from perfweb_recommender.conditions import Series
 from perfweb_recommender.coverage import workload_kind
@@ -54,6 +55,16 @@ class DeviceValue:
 
 
 @dataclass
+class ScalarValue:
+    """The latest value of one scalar the script logs (`scalar.<name>`), per rank."""
+
+    run: RunLabels
+    rank: str
+    name: str  # without the `scalar.` prefix
+    value: float
+
+
+@dataclass
 class StepStats:
     run: RunLabels
     rank: str
@@ -68,6 +79,7 @@ class Snapshot:
     runs_by_status: dict[str, int] = field(default_factory=dict)
     latest: dict[str, list[DeviceValue]] = field(default_factory=dict)  # by stored metric
     steps: list[StepStats] = field(default_factory=list)
+    scalars: list[ScalarValue] = field(default_factory=list)
     findings: list[tuple[RunLabels, str, str, float]] = field(default_factory=list)
 
 
@@ -92,7 +104,10 @@ def fleet_snapshot(*, project: Project, now: float | None = None) -> Snapshot:
     labels = {run.id: _labels(run) for run in live}
     snapshot.runs = list(labels.values())
     names = [*LATEST_GAUGES, STEP_DURATION, STEP_DATA_WAIT]
-    recent = recent_samples(run_ids=labels, names=names, start=end - LATEST_WINDOW_S, end=end)
+    recent = recent_samples(
+        run_ids=labels, names=names, start=end - LATEST_WINDOW_S, end=end,
+        prefix=protocol.SCALAR_PREFIX,
+    )  # fmt: skip
     for run_id, series in sorted(recent.items()):
         run = labels[run_id]
         for (device, name), samples in sorted(series.items()):
@@ -100,6 +115,10 @@ def fleet_snapshot(*, project: Project, now: float | None = None) -> Snapshot:
                 gpu, rank = device_labels(device)
                 value = DeviceValue(run, device, gpu, rank, samples.v[-1])
                 snapshot.latest.setdefault(name, []).append(value)
+            elif name.startswith(protocol.SCALAR_PREFIX) and samples.v:
+                _gpu, rank = device_labels(device)
+                short = name[len(protocol.SCALAR_PREFIX) :]
+                snapshot.scalars.append(ScalarValue(run, rank, short, samples.v[-1]))
             elif name == STEP_DURATION:
                 waits = series.get((device, STEP_DATA_WAIT))
                 stats = _step_stats(run, device, samples, waits, end)

@@ -12,7 +12,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 import numpy as np
-from django.db.models import Max
+from django.db.models import Max, Q
 
 from perfweb.series import codec
 from perfweb.series.models import Chunk
@@ -23,12 +23,21 @@ SeriesKey = tuple[str, str]  # (device, metric name)
 
 
 def recent_samples(
-    *, run_ids: Iterable[int], names: Iterable[str], start: float, end: float
+    *,
+    run_ids: Iterable[int],
+    names: Iterable[str],
+    start: float,
+    end: float,
+    prefix: str = "",
 ) -> dict[int, dict[SeriesKey, Series]]:
-    """{run id: {(device, name): samples with start <= t <= end, sorted by time}}."""
+    """{run id: {(device, name): samples with start <= t <= end, sorted by time}} of the
+    series named in `names`, and of every series whose name starts with `prefix` if given
+    (the script's own `scalar.*`, whose names only the run knows)."""
+    named = Q(name__in=list(names))
+    if prefix:
+        named |= Q(name__startswith=prefix)
     rows = {
-        row.id: row
-        for row in SeriesRow.objects.filter(run_id__in=list(run_ids), name__in=list(names))
+        row.id: row for row in SeriesRow.objects.filter(named, run_id__in=list(run_ids))
     }
     parts: dict[int, list[tuple[np.ndarray, np.ndarray]]] = defaultdict(list)
     chunks = Chunk.objects.filter(series_id__in=list(rows), t_max__gte=start, t_min__lte=end)

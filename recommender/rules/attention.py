@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from perfweb_recommender.evidence import RunEvidence
 from perfweb_recommender.rules.base import Evidence, Finding, Fix, finding, rule
-from perfweb_recommender.rules.signals import _gpu_busy_share
+from perfweb_recommender.rules.signals import gpu_busy_share
 
 ATTENTION_SHARE_MIN = 0.1  # softmax + batched GEMM share of kernel time
 FUSED_ATTENTION_GAIN = 0.5  # share of that time a fused attention kernel saves
@@ -30,7 +30,7 @@ def attention_fused(evidence: RunEvidence) -> Finding | None:
         share = trace.tensor_cores.get("softmax_bmm_share", 0.0)
         if share < ATTENTION_SHARE_MIN:
             continue
-        step_share = _gpu_busy_share(trace) * share
+        step_share = gpu_busy_share(trace) * share
         return finding(
             "attention.fused",
             title=f"Unfused attention (bmm + softmax) takes {share:.0%} of kernel time",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from perfweb_contract.knobs import KNOBS
 from perfweb_recommender.evidence import RunEvidence
 from perfweb_recommender.rules.base import Evidence, Finding, Fix, finding, rule
-from perfweb_recommender.rules.memory import _memory_total, _peak_memory
+from perfweb_recommender.rules.signals import gpu_memory_total, peak_gpu_memory
 
 LOW_UTILIZATION_PCT = 50.0  # GPU utilisation below this leaves room for a larger batch
 MEMORY_HEADROOM_MAX = 0.5  # peak memory / device memory below this leaves room
@@ -23,7 +23,7 @@ def batch_increase(evidence: RunEvidence) -> Finding | None:
     Fix: raise the batch size (and the learning rate with it), or accumulate gradients.
     """
     utilization = evidence.values("gpu.utilization")
-    total, peak = _memory_total(evidence), _peak_memory(evidence)
+    total, peak = gpu_memory_total(evidence), peak_gpu_memory(evidence)
     if len(utilization) < 5 or total is None or peak is None:
         return None
     util = sorted(utilization)[len(utilization) // 2]
@@ -42,6 +42,7 @@ def batch_increase(evidence: RunEvidence) -> Finding | None:
         ],
         fix=_larger_batch_fix(evidence),
     )
+
 
 def _larger_batch_fix(evidence: RunEvidence) -> Fix:
     """Twice the DataLoader's recorded batch size; without one there is no value to try."""

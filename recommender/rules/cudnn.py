@@ -5,7 +5,7 @@ from __future__ import annotations
 from perfweb_recommender.evidence import RunEvidence
 from perfweb_recommender.rules.base import Evidence, Finding, Fix, finding, rule
 from perfweb_recommender.rules.inference import CONV_PARAM_SHARE_MIN, is_inference
-from perfweb_recommender.rules.signals import _gpu_busy_share
+from perfweb_recommender.rules.signals import gpu_busy_share
 
 CONV_SHARE_MIN = 0.2  # convolution share of kernel time
 CUDNN_AUTOTUNE_GAIN = 0.2  # typical share of conv time cudnn.benchmark saves
@@ -26,7 +26,7 @@ def cudnn_benchmark(evidence: RunEvidence) -> Finding | None:
         conv = trace.tensor_cores.get("conv_share", 0.0)
         if conv < CONV_SHARE_MIN:
             continue
-        share = _gpu_busy_share(trace) * conv
+        share = gpu_busy_share(trace) * conv
         return finding(
             "cudnn.benchmark",
             title=f"Convolutions take {conv:.0%} of GPU kernel time without cuDNN autotuning",

@@ -6,24 +6,14 @@ import statistics
 
 from perfweb_recommender.evidence import RunEvidence
 from perfweb_recommender.rules.base import Evidence, Finding, Fix, finding, rule, times
-from perfweb_recommender.rules.signals import per_step, trace_share
+from perfweb_recommender.rules.signals import (
+    gpu_memory_total,
+    peak_gpu_memory,
+    per_step,
+    trace_share,
+)
 
 OOM_RISK_SHARE = 0.9  # peak memory / device memory above this risks OOM
-
-
-def _memory_total(evidence: RunEvidence) -> float | None:
-    totals = [
-        float(d["memory_total"])
-        for d in evidence.devices
-        if d.get("kind") == "gpu" and isinstance(d.get("memory_total"), (int, float))
-    ]
-    totals = [t for t in totals if t > 0]
-    return min(totals) if totals else None
-
-
-def _peak_memory(evidence: RunEvidence) -> float | None:
-    values = evidence.values("torch.cuda_peak") or evidence.values("gpu.memory_used")
-    return max(values) if values else None
 
 
 @rule("memory.oom_risk", risk="operator")
@@ -36,7 +26,7 @@ def memory_oom_risk(evidence: RunEvidence) -> Finding | None:
     Fix: activation checkpointing, autocast (halves activations) or a smaller micro-batch
     with gradient accumulation.
     """
-    total, peak = _memory_total(evidence), _peak_memory(evidence)
+    total, peak = gpu_memory_total(evidence), peak_gpu_memory(evidence)
     if total is None or peak is None or peak / total < OOM_RISK_SHARE:
         return None
     return finding(
@@ -98,6 +88,7 @@ def memory_empty_cache_in_loop(evidence: RunEvidence) -> Finding | None:
             knobs={"empty_cache": "off"},
         ),
     )
+
 
 @rule("memory.fragmentation", risk="data-path")
 def memory_fragmentation(evidence: RunEvidence) -> Finding | None:

@@ -6,7 +6,7 @@ from perfweb_recommender.analysis.summary import TraceSummary
 from perfweb_recommender.evidence import RunEvidence
 from perfweb_recommender.rules.base import Evidence, Finding, Fix, finding, rule
 from perfweb_recommender.rules.inference import is_inference
-from perfweb_recommender.rules.signals import _gpu_busy_share, compute_capability
+from perfweb_recommender.rules.signals import compute_capability, gpu_busy_share
 
 DENSE_MATH_SHARE_MIN = 0.2  # GEMM/conv share of kernel time worth speeding up
 FP32_SIMT_SHARE_MIN = 0.5  # share of dense math in fp32 on CUDA cores
@@ -24,7 +24,7 @@ def _fp32_dense(trace: TraceSummary) -> float | None:
         return None
     if tc.get("tensor_core_share", 0) > TENSOR_CORE_SHARE_MAX:
         return None
-    return _gpu_busy_share(trace) * tc["dense_math_share"] * tc["fp32_simt_share"]
+    return gpu_busy_share(trace) * tc["dense_math_share"] * tc["fp32_simt_share"]
 
 @rule("precision.amp", risk="operator")
 def precision_amp(evidence: RunEvidence) -> Finding | None:

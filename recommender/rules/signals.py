@@ -81,6 +81,24 @@ def loop_busy_share(evidence: RunEvidence) -> float | None:
     return min(1.0, sum(s.duration_s for s in steps) / (span * ranks)) if span > 0 else None
 
 
-def _gpu_busy_share(trace: TraceSummary) -> float:
+def gpu_busy_share(trace: TraceSummary) -> float:
+    """Share of the traced kernel span the GPU was busy (0 when no kernel was traced)."""
     t = trace.temporal
     return 1 - t.idle_us / t.kernel_span_us if t.kernel_span_us else 0.0
+
+
+def gpu_memory_total(evidence: RunEvidence) -> float | None:
+    """The smallest GPU's memory, in bytes, as the agent reported the devices (None: no GPU)."""
+    totals = [
+        float(d["memory_total"])
+        for d in evidence.devices
+        if d.get("kind") == "gpu" and isinstance(d.get("memory_total"), (int, float))
+    ]
+    totals = [t for t in totals if t > 0]
+    return min(totals) if totals else None
+
+
+def peak_gpu_memory(evidence: RunEvidence) -> float | None:
+    """The run's peak GPU memory: torch's own peak where the agent saw it, else NVML's used."""
+    values = evidence.values("torch.cuda_peak") or evidence.values("gpu.memory_used")
+    return max(values) if values else None

@@ -17,6 +17,7 @@ import pytest
 
 from perfweb_recommender.analysis.trace_tables import trace_tables
 from perfweb_recommender.trace.loader import load_trace
+from tests.browser.pages import log_in
 from tests.jobs import stack as stack_module
 from tests.server.servers import require_redis
 
@@ -64,11 +65,7 @@ def two_runs(stack: stack_module.Stack) -> tuple[str, str]:
 
 
 def _login(page: Any, stack: stack_module.Stack) -> None:
-    page.goto(stack.url + "/login/")
-    page.fill("input[name=username]", stack_module.USER)
-    page.fill("input[name=password]", stack_module.PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_url(stack.url + "/")
+    log_in(page, stack.url, user=stack_module.USER, password=stack_module.PASSWORD)
 
 
 def test_the_comparison_page_names_the_setting_that_differs(

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from tests.browser.conftest import PASSWORD, USER, LiveServer
+from tests.browser.conftest import LiveServer
+from tests.browser.pages import logged_in_page
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -54,14 +55,7 @@ def test_the_fleet_page_draws_where_the_gpu_hours_went(
     browser: Any, perfweb_server: LiveServer, screenshot_dir: Path
 ) -> None:
     gpu_run(perfweb_server)
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
-    errors: list[str] = []
-    page.on("pageerror", lambda error: errors.append(str(error)))
-    page.goto(f"{perfweb_server.url}/login/")
-    page.fill("#id_username", USER)
-    page.fill("#id_password", PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{perfweb_server.url}/")
+    page, errors = logged_in_page(browser, perfweb_server.url, height=1000)
     page.click("nav >> text=Fleet")
     page.wait_for_url("**/fleet/")
     page.click("text=Day")

@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from tests.browser.conftest import PASSWORD, USER, LiveServer
+from tests.browser.conftest import LiveServer
+from tests.browser.pages import logged_in_page
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(300)]
 HOST = "serving-node-03"
@@ -86,27 +87,17 @@ def _run_the_job(server: LiveServer, *, base_s: float, cand_s: float, outputs: l
     return int(job["id"])
 
 
-def _logged_in_page(browser: Any, server: LiveServer) -> tuple[Any, list[str]]:
-    page = browser.new_page(viewport={"width": 1300, "height": 900})
-    errors: list[str] = []
-    page.on("pageerror", lambda error: errors.append(f"page error: {error}"))
-    page.goto(f"{server.url}/login/")
-    page.fill("#id_username", USER)
-    page.fill("#id_password", PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{server.url}/")
-    return page, errors
-
-
 def test_an_inference_job_page_fills_in_its_before_after_table(
     browser: Any, perfweb_server: LiveServer, screenshot_dir: Path
 ) -> None:
     run_id = _serving_run(perfweb_server)
-    page, errors = _logged_in_page(browser, perfweb_server)
+    page, errors = logged_in_page(browser, perfweb_server.url, width=1300)
     page.goto(f"{perfweb_server.url}/runs/{run_id}/jobs/")
     form = page.locator('[data-testid="new-job"]')
     form.locator('input[name="knob"]').fill("quantize=dynamic")
     form.locator('input[name="rounds"]').fill("3")
+    # exactly 3 rounds: one look at the interval (the runner here posts 3 and its result)
+    form.locator('input[name="max_rounds"]').fill("3")
     assert form.locator('input[name="agreement_top1"]').input_value() == "0.99"
     assert form.locator('input[name="agreement_rtol"]').input_value() == "0.01"
     page.screenshot(path=str(screenshot_dir / "new-job-form.png"), full_page=True)
@@ -148,11 +139,12 @@ def test_a_job_whose_fix_changes_the_outputs_says_so(
     browser: Any, perfweb_server: LiveServer, screenshot_dir: Path
 ) -> None:
     run_id = _serving_run(perfweb_server)
-    page, errors = _logged_in_page(browser, perfweb_server)
+    page, errors = logged_in_page(browser, perfweb_server.url, width=1300)
     page.goto(f"{perfweb_server.url}/runs/{run_id}/jobs/")
     form = page.locator('[data-testid="new-job"]')
     form.locator('input[name="knob"]').fill("quantize=dynamic")
     form.locator('input[name="rounds"]').fill("3")
+    form.locator('input[name="max_rounds"]').fill("3")
     form.locator('button[type="submit"]').click()
     page.wait_for_url(f"{perfweb_server.url}/jobs/*/")
     lossy = {**AGREE, "top1_agreement": 0.91, "max_rel_diff": 0.08}

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from tests.browser.conftest import PASSWORD, USER, LiveServer
+from tests.browser.conftest import LiveServer
+from tests.browser.pages import log_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(420)]
 
@@ -49,10 +50,7 @@ def test_it_streams_a_live_run_into_growing_charts(
     page.goto(f"{perfweb_server.url}/")
     assert "/login/" in page.url
     page.screenshot(path=str(screenshot_dir / "01-login.png"))
-    page.fill("#id_username", USER)
-    page.fill("#id_password", PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{perfweb_server.url}/")
+    log_in(page, perfweb_server.url)
 
     # The runs list picks the new run up by polling, with its live status.
     row = page.locator("tr[data-run-id]", has_text=attached_run)

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.browser.conftest import ROOT, LiveServer
-from tests.browser.test_workload_pages import _logged_in_page
+from tests.browser.pages import logged_in_page
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -102,7 +102,7 @@ def test_logged_scalars_are_stored_and_read_back_from_the_api(
 def test_the_timeline_draws_a_row_per_scalar_and_shades_the_phases(
     browser: Any, perfweb_server: LiveServer, scalars_run: str, screenshot_dir: Path
 ) -> None:
-    page, errors = _logged_in_page(browser, perfweb_server)
+    page, errors = logged_in_page(browser, perfweb_server.url, failed_requests=True)
     page.on("console", lambda m: errors.append(f"console {m.type}: {m.text}"))
     page.goto(f"{perfweb_server.url}/runs/{scalars_run}/")
     try:

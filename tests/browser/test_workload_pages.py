@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.browser.conftest import PASSWORD, USER, LiveServer
+from tests.browser.conftest import LiveServer
+from tests.browser.pages import logged_in_page
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -98,26 +99,11 @@ def _unseen_run(server: LiveServer) -> str:
     return run_id
 
 
-def _logged_in_page(browser: Any, server: LiveServer) -> tuple[Any, list[str]]:
-    page = browser.new_page(viewport={"width": 1400, "height": 900})
-    errors: list[str] = []
-    page.on("pageerror", lambda error: errors.append(f"page error: {error}"))
-    # Leaving the runs list aborts its sparkline requests (ERR_ABORTED); anything else counts.
-    page.on("requestfailed", lambda request: None if "ERR_ABORTED" in (request.failure or "")
-            else errors.append(f"{request.url}: {request.failure}"))  # fmt: skip
-    page.goto(f"{server.url}/login/")
-    page.fill("#id_username", USER)
-    page.fill("#id_password", PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{server.url}/")
-    return page, errors
-
-
 def test_an_inference_runs_page_draws_latency_percentiles_and_throughput(
     browser: Any, perfweb_server: LiveServer, screenshot_dir: Path
 ) -> None:
     run_id = _inference_run(perfweb_server)
-    page, errors = _logged_in_page(browser, perfweb_server)
+    page, errors = logged_in_page(browser, perfweb_server.url, failed_requests=True)
     page.goto(f"{perfweb_server.url}/runs/{run_id}/")
     page.wait_for_function(
         "() => ['latency-chart', 'throughput-chart'].every((id) =>"
@@ -154,7 +140,7 @@ def test_an_unseen_runs_page_says_it_was_not_examined(
     browser: Any, perfweb_server: LiveServer, screenshot_dir: Path
 ) -> None:
     run_id = _unseen_run(perfweb_server)
-    page, errors = _logged_in_page(browser, perfweb_server)
+    page, errors = logged_in_page(browser, perfweb_server.url, failed_requests=True)
     page.goto(f"{perfweb_server.url}/runs/{run_id}/")
     statement = page.locator('[data-testid="coverage-statement"]')
     statement.wait_for(timeout=30_000)
@@ -176,7 +162,7 @@ def test_a_live_run_is_laid_out_again_once_the_agent_labels_it_inference(
     run_id = uuid.uuid4().hex
     t0 = time.time() - 30
     _start(perfweb_server, run_id, "live-serving", t0)
-    page, errors = _logged_in_page(browser, perfweb_server)
+    page, errors = logged_in_page(browser, perfweb_server.url, failed_requests=True)
     page.goto(f"{perfweb_server.url}/runs/{run_id}/")
     assert page.locator('[data-testid="workload-kind"]').inner_text() == "not seen yet"
     assert page.locator("#requests-panel").count() == 0
@@ -210,7 +196,7 @@ def test_a_live_training_run_is_labelled_in_place_without_a_reload(
     run_id = uuid.uuid4().hex
     t0 = time.time() - 30
     _start(perfweb_server, run_id, "live-training", t0)
-    page, errors = _logged_in_page(browser, perfweb_server)
+    page, errors = logged_in_page(browser, perfweb_server.url, failed_requests=True)
     page.goto(f"{perfweb_server.url}/runs/{run_id}/")
     page.evaluate("() => { window.sameDocument = true; }")
     ends = [t0 + 0.5 * (i + 1) for i in range(20)]

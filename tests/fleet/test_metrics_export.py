@@ -70,6 +70,30 @@ def test_it_exports_step_time_quantiles_and_the_data_wait_share(token: str) -> N
     assert "perfweb_request_latency_seconds" not in found  # a training run
 
 
+def test_it_exports_the_latest_value_of_every_scalar_the_script_logs(token: str) -> None:
+    agent = Agent(token)
+    assert agent.start().status_code == 200
+    now = time.time()
+    body = batch_body(start=now - 20, n=10, run_id=agent.run_id, agent_id=agent.agent_id)
+    body["metrics"] += [
+        {"device": "rank:0", "name": "scalar.loss", "t": [now - 9, now - 5], "v": [2.5, 1.75]},
+        {"device": "rank:0", "name": "scalar.train.lr", "t": [now - 5], "v": [3e-4]},
+        # older than the two minutes a live value may be: not exported
+        {"device": "rank:0", "name": "scalar.stale", "t": [now - 600], "v": [9.0]},
+    ]
+    assert agent.post("batch", body).status_code == 200
+    found = samples(scrape(token).content)
+    scalars = {s.labels["name"]: s for s in found["perfweb_script_scalar"]}
+    assert set(scalars) == {"loss", "train.lr"}
+    assert scalars["loss"].value == 1.75 and scalars["train.lr"].value == pytest.approx(3e-4)
+    assert scalars["loss"].labels == {
+        "project": "vision", "run": RUN_ID, "run_name": "resnet50-bs256",
+        "host": "gpu-node-07", "rank": "0", "name": "loss",
+    }
+    # the script's scalars are not device gauges: the GPU families are unchanged
+    assert [s.value for s in found["perfweb_gpu_utilization_percent"]] == [59.0]
+
+
 def test_an_inference_run_exports_request_latency_instead_of_step_time(token: str) -> None:
     stream_now(Agent(token), facts={"workload.kind": "inference"})
     found = samples(scrape(token).content)

@@ -153,6 +153,13 @@ def test_rounds_that_agree_by_chance_are_held_to_their_steps_noise() -> None:
     assert result.ci_low < 1.0 and result.verdict == INCONCLUSIVE  # 3 rounds cannot tell
 
 
+def test_two_wildly_different_rounds_give_a_finite_interval_that_decides_nothing() -> None:
+    rounds = [Round(baseline=[1.0] * 5, candidate=[1e-3] * 5), Round([1e-3] * 5, [1.0] * 5)]
+    result = compare(rounds, looks=planned_looks(2, 20))
+    assert 0.0 < result.ci_low < 1.0 < result.ci_high < math.inf
+    assert result.verdict == INCONCLUSIVE
+
+
 def _job(rng: random.Random, effect: float, *, drift: float, jitter: float, lo: int, hi: int):
     """One simulated engine job on a shared host: every arm runs at a level that drifts by
     `drift` (log sd) from round to round, its steps spread by `jitter`; the candidate is

@@ -13,6 +13,7 @@ from typing import Any
 import psutil
 import pytest
 
+from tests.browser.pages import log_in
 from tests.jobs.stack import PASSWORD, USER, Stack
 from tests.server.servers import require_redis
 
@@ -76,17 +77,20 @@ def test_a_knob_that_does_nothing_on_a_healthy_run_is_never_verified(stack: Stac
     rounds = len(state["arms"]) // 2
     assert 4 <= rounds <= 8, state
     status, _gain, _speedup = _verification(stack, run_id, "cudnn.benchmark")
-    # A knob that does nothing is neither faster nor slower: the interval of the rounds'
-    # spread, paid for each of its looks, lets noise decide either in about 0.5% of such jobs
-    # (bench/ab_noise.py on this host; the bootstrap rule before it did in 7%).
-    assert state["verdict"] in ("no measurable difference", "inconclusive"), state
-    if state["verdict"] == "no measurable difference":
-        assert state["ci_low"] >= 0.95 and state["ci_high"] <= 1.05, state
-        assert status == "refuted", state
-        assert state["stop_reason"].endswith("the interval decided (no measurable difference)")
-    else:  # too wide to tell: more rounds were run, and the estimate stands
+    # A knob that does nothing is never verified. The rounds' interval, paid for each of
+    # its looks, let noise call such a knob faster in 2 of 800 jobs replayed over measured
+    # no-op rounds (bench/ab_noise.py; the bootstrap rule before it: 29 of 800). Noise may
+    # still call it slower (10 of 400 on a loaded host): refuted, which costs nothing.
+    assert state["verdict"] != "faster" and status != "verified", state
+    if state["verdict"] == "inconclusive":  # too wide to tell: more rounds ran, estimate stands
         assert status == "inconclusive", state
         assert rounds == 8 or "time bound" in state["stop_reason"], state
+    else:
+        assert state["verdict"] in ("no measurable difference", "slower"), state
+        assert status == "refuted", state
+        assert state["stop_reason"].endswith(f"the interval decided ({state['verdict']})")
+    if state["verdict"] == "no measurable difference":
+        assert state["ci_low"] >= 0.95 and state["ci_high"] <= 1.05, state
     print("cudnn_benchmark=true:", _summary(state), state["verdict"], f"({rounds} rounds)")
 
 
@@ -138,11 +142,8 @@ def test_the_job_page_draws_the_rounds_and_a_full_progress_bar(stack: Stack, bro
     (job_id,) = stack.wait_row("SELECT id FROM jobs_job WHERE status = 'succeeded' LIMIT 1")
     page = browser.new_page()
     try:
-        page.goto(f"{stack.url}/jobs/{job_id}/")
-        page.fill("#id_username", USER)
-        page.fill("#id_password", PASSWORD)
-        page.click("button[type=submit]")
-        page.wait_for_url(f"**/jobs/{job_id}/")
+        page.goto(f"{stack.url}/jobs/{job_id}/")  # the login form, then back to the job
+        log_in(page, stack.url, user=USER, password=PASSWORD, landing=f"**/jobs/{job_id}/")
         page.wait_for_function(
             "document.querySelectorAll('#rounds-chart .scatterlayer .trace').length === 2"
         )
