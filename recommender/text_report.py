@@ -88,7 +88,8 @@ def _run_lines(run: dict[str, Any]) -> list[str]:
         sps = run.get("throughput_sps")
         rps = run.get("throughput_rps")
         lines = [
-            f"{run['requests']} requests timed by the agent on {run['ranks']} rank(s): latency "
+            f"{counted(run['requests'], 'request')} timed by the agent on {run['ranks']} rank(s): "
+            "latency "
             f"p50 {run['latency_p50_s'] * 1e3:.1f} ms, p95 {run['latency_p95_s'] * 1e3:.1f} ms, "
             f"p99 {run['latency_p99_s'] * 1e3:.1f} ms"
             + (
@@ -116,7 +117,7 @@ def _run_lines(run: dict[str, Any]) -> list[str]:
     wait = run.get("data_wait_share")
     waiting = f", {wait:.0%} of it waiting for data" if wait is not None else ""
     return [
-        f"{run['steps']} steps timed by the agent on {run['ranks']} rank(s): "
+        f"{counted(run['steps'], 'step')} timed by the agent on {run['ranks']} rank(s): "
         f"median {run['median_step_s'] * 1e3:.1f} ms{waiting}"
     ]
 

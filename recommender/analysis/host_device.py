@@ -17,6 +17,7 @@ from perfweb_recommender.trace.classify import (
     memcpy_kind,
 )
 from perfweb_recommender.trace.model import (
+    CPU_DATALOADER,
     CPU_OP,
     KIND_KERNEL,
     KIND_MEMCPY,
@@ -175,14 +176,27 @@ def tensor_core_stats(trace: RankTrace) -> dict[str, float]:
 
 
 def cpu_op_stats(trace: RankTrace) -> dict[str, float]:
-    """CPU operators per profiled step and their median duration (µs): dispatch overhead."""
-    ops = trace.cpu.cpu_class == CPU_OP
+    """CPU operators per profiled step and their median duration (µs): dispatch overhead.
+
+    Operators that start inside a DataLoader `__next__` are the input pipeline's (a
+    torchvision transform's per-sample ToTensor/Normalize in a `num_workers=0` loader: most of
+    the operators of a small model's step), not the model's: its wait is the DataLoader
+    rules', and compiling the model does not fuse them, so they are not counted here.
+    """
+    cpu = trace.cpu
+    ops = cpu.cpu_class == CPU_OP
     if not trace.steps or not ops.any():
         return {"ops_per_step": 0.0, "median_op_us": 0.0}
     first = min(s.ts for s in trace.steps)
     last = max(s.ts + s.dur for s in trace.steps)
-    inside = ops & (trace.cpu.ts >= first) & (trace.cpu.ts < last)
-    durations = trace.cpu.dur[inside]
+    inside = ops & (cpu.ts >= first) & (cpu.ts < last)
+    loading = cpu.cpu_class == CPU_DATALOADER
+    if loading.any():
+        starts, ends = merge(cpu.ts[loading], (cpu.ts + cpu.dur)[loading])
+        span = np.searchsorted(starts, cpu.ts, side="right") - 1
+        fetching = (span >= 0) & (cpu.ts < ends[np.maximum(span, 0)])
+        inside &= ~fetching
+    durations = cpu.dur[inside]
     return {
         "ops_per_step": round(float(durations.size) / len(trace.steps), 1),
         "median_op_us": round(float(np.median(durations)), 3) if durations.size else 0.0,

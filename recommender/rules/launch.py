@@ -96,7 +96,8 @@ def _gpu_launch_bound(trace: TraceSummary) -> Finding | None:
     )
 
 def _cpu_dispatch_bound(trace: TraceSummary) -> Finding | None:
-    """A CPU-only trace with many tiny operators per step."""
+    """A CPU-only trace with many tiny operators per step (the DataLoader's fetches left out:
+    a per-sample transform pipeline is the input's cost, not the model's dispatch)."""
     ops = trace.cpu_ops
     if trace.launch.get("kernels", 0) or ops.get("ops_per_step", 0) < CPU_OPS_PER_STEP_MIN:
         return None
@@ -112,7 +113,8 @@ def _cpu_dispatch_bound(trace: TraceSummary) -> Finding | None:
         basis=f"{DISPATCH_OVERHEAD_US:g} µs framework overhead per operator x "
         "operators per step, over the mean step time",
         evidence=[
-            Evidence("operators per step", ops["ops_per_step"], "ops", f"trace rank {trace.rank}"),
+            Evidence("operators per step, DataLoader fetches left out", ops["ops_per_step"],
+                     "ops", f"trace rank {trace.rank}"),
             Evidence("median operator time", ops["median_op_us"], "µs", "trace"),
             Evidence("mean step time", step_us, "µs", "trace"),
         ],

@@ -201,19 +201,28 @@ class EventSink:
         self.cpu_class.append(cpu_class)
         self.cpu_name.append(name_id)
 
-    def _optimizer_steps(self) -> list[tuple[int, float, float]]:
-        """Without ProfilerStep markers, a step ends where each Optimizer.step ends."""
+    def _optimizer_steps(self, window_steps: int | None) -> list[tuple[int, float, float]]:
+        """Without ProfilerStep markers, a step ends where each Optimizer.step ends.
+
+        A loop that steps k optimizers an iteration (a GAN's D, then G) has k of them a step:
+        where the agent's window says how many steps it spans and the trace holds k times as
+        many, every k-th ends one (the agent's window opens and ends at its primary
+        optimizer's step, so the last of each k is that one)."""
         ends = sorted(self.optimizer_step_ends)
         if not ends:
             return []
+        if window_steps and len(ends) > window_steps and len(ends) % window_steps == 0:
+            per_step = len(ends) // window_steps
+            ends = ends[per_step - 1 :: per_step]
         first_cpu = float(np.min(_np(self.cpu_ts, np.float64))) if len(self.cpu_ts) else ends[0]
         starts = [first_cpu, *ends[:-1]]
         return [
             (i, start, end - start) for i, (start, end) in enumerate(zip(starts, ends, strict=True))
         ]
 
-    def build(self, **meta: Any) -> RankTrace:
-        """The accumulated columns as a `RankTrace`, times relative to the earliest event."""
+    def build(self, *, window_steps: int | None = None, **meta: Any) -> RankTrace:
+        """The accumulated columns as a `RankTrace`, times relative to the earliest event
+        (`window_steps`: the steps the agent's window spans, from its name, where known)."""
         origin = min(
             (float(np.min(a)) for a in (self.gpu_ts, self.host_ts, self.cpu_ts) if len(a)),
             default=0.0,
@@ -246,7 +255,7 @@ class EventSink:
             name_id=_np(self.cpu_name, np.int32),
         )
         steps_from_profiler = bool(self.steps)
-        raw_steps = self.steps if self.steps else self._optimizer_steps()
+        raw_steps = self.steps if self.steps else self._optimizer_steps(window_steps)
         steps = sorted(
             (Step(number=n, ts=ts - origin, dur=dur) for n, ts, dur in raw_steps),
             key=lambda s: s.ts,

@@ -203,6 +203,18 @@ def _walk_generic(data: bytearray, path: Path, sink: EventSink) -> dict[str, Any
     return {k: document.get(k) for k in ("distributedInfo", "deviceProperties")}
 
 
+# The agent's window name (agent/runtime/profiler.py): rank0-step20-25.pt.trace.json.gz
+_WINDOW_NAME = re.compile(r"(?:^|-)step(\d+)-(\d+)\.pt\.trace")
+
+
+def window_steps(name: str) -> int | None:
+    """Steps an agent's profiler window spans, from its file name (5 for
+    `rank0-step20-25.pt.trace.json.gz`); None for a trace named otherwise."""
+    match = _WINDOW_NAME.search(name)
+    count = int(match.group(2)) - int(match.group(1)) if match else 0
+    return count if count > 0 else None
+
+
 def load_trace(path: str | Path, *, fallback_rank: int = 0) -> RankTrace:
     """Load one Kineto trace file (plain or gzipped JSON) into a `RankTrace`."""
     path = Path(path)
@@ -216,6 +228,7 @@ def load_trace(path: str | Path, *, fallback_rank: int = 0) -> RankTrace:
     world_size = info.get("world_size")
     backend = info.get("backend")
     return sink.build(
+        window_steps=window_steps(path.name),
         rank=_rank_of(meta, path, fallback_rank),
         source=str(path),
         world_size=world_size if isinstance(world_size, int) else None,

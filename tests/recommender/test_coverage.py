@@ -168,3 +168,15 @@ def test_the_cli_still_gives_the_all_clear_for_a_clean_observed_run(tmp_path: Pa
         result.stdout
     )
     assert "Not examined" not in result.stdout
+
+
+def test_a_one_step_run_is_one_step_in_the_text_report(tmp_path: Path) -> None:
+    # dcgan --dry-run: one iteration (two optimizers stepped, one step); "1 steps" read wrong.
+    batch = inference_batch([2.3], batch_size=8)
+    batch["facts"] = {**batch["facts"], "workload.kind": "training", "steps.source": "optimizer"}
+    root = write_agent(tmp_path / "offline", start={"facts": TORCH}, batches=[batch])
+    result = _analyze(root)
+    assert result.returncode == 0, result.stderr
+    assert "seen: 1 step\n" in result.stdout or "seen: 1 step," in result.stdout
+    assert "1 step timed by the agent on 1 rank(s)" in result.stdout
+    assert "1 steps" not in result.stdout
