@@ -17,6 +17,37 @@ from typing import Any
 
 TRACE_CHUNK_MAX_BYTES = 4 * 1024 * 1024  # gzip bytes per chunk, before base64
 
+# The agent names a profiler window's trace after the steps it spans, `rank0-step20-25`: the
+# trace's name on the server, `<name>.pt.trace.json.gz` offline (perfweb_contract.layout).
+# Readers take the window's steps from it (which requests it perturbed, steps per window).
+_WINDOW_NAME = re.compile(r"(?:^|/)rank(\d+)-step(\d+)-(\d+)(?:\.pt\.trace|$)")
+
+
+@dataclass(frozen=True)
+class WindowName:
+    """A profiler window's rank and the agent's step counts when it opened (`first`) and
+    closed (`last`); it spans `steps` = last - first steps."""
+
+    rank: int
+    first: int
+    last: int
+
+    def __str__(self) -> str:
+        return f"rank{self.rank}-step{self.first}-{self.last}"
+
+    @property
+    def steps(self) -> int:
+        return self.last - self.first
+
+    @classmethod
+    def parse(cls, name: str) -> WindowName | None:
+        """The window a trace's name or path names; None for a trace named otherwise."""
+        match = _WINDOW_NAME.search(name)
+        if match is None:
+            return None
+        rank, first, last = (int(group) for group in match.groups())
+        return cls(rank, first, last)
+
 MAX_BODY_BYTES = 8 * 1024 * 1024
 MAX_DECOMPRESSED_BYTES = 64 * 1024 * 1024
 MAX_JSON_DEPTH = 32  # nesting of objects and arrays in a request body (a batch needs 4)

@@ -17,6 +17,7 @@ already gathered (a bare trace file too, which has no agent run to judge):
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -85,6 +86,8 @@ class Coverage:
     headline: str = ""  # the statement's first sentence, for a page ("" when observed)
     fix: str = ""  # the one line that fixes it ("" when nothing to fix)
     statement: str = ""  # what a report says instead of "no findings" ("" when observed)
+    # What the run's end lost: processes whose agent never sent its last data (`ended_early`).
+    lost: list[str] = field(default_factory=list)
 
     @property
     def unit(self) -> str:
@@ -96,6 +99,11 @@ class Coverage:
         if self.verdict != OBSERVED:
             return self.statement
         what = "metrics or traces" if traces else "metrics"
+        if self.lost:
+            return (
+                f"No finding in what was recorded: nothing in this run's {what} points at a "
+                "fix worth making, but the end of the run was lost, unseen."
+            )
         return f"No finding: nothing in this run's {what} points at a fix worth making."
 
     def as_json(self) -> dict[str, Any]:
@@ -118,6 +126,7 @@ class Coverage:
             "headline": self.headline,
             "fix": self.fix,
             "statement": self.statement,
+            "lost": self.lost,
         }
 
 
@@ -146,11 +155,13 @@ def run_coverage(
     host_samples: int = 0,
     trace_gaps: Sequence[str] = (),
     agent_run: bool = True,
+    lost: Sequence[str] = (),
 ) -> Coverage:
     """The coverage of one run from counts of what was stored (the one engine behind every
     report's verdict). `steps` counts steps or requests over all ranks; `trace_gaps` are
     what the run's traces themselves lack (`trace_gaps()`, where the traces were read). Not
-    an `agent_run` (bare trace files): `missing` gives no agent-side reasons."""
+    an `agent_run` (bare trace files): `missing` gives no agent-side reasons. `lost`: what the
+    run's end lost (`ended_early`), also listed in `missing`."""
     kind = workload_kind(facts=facts, steps=steps)
     source = facts.get("steps.source")
     unit = "request" if kind == "inference" else "step"
@@ -175,6 +186,7 @@ def run_coverage(
     missing = _missing(traces=traces, trace_gaps=trace_gaps, facts=bool(facts), steps=steps,
                        why=agent_run, steps_reason=reason, gpu_samples=gpu_samples,
                        other_samples=process_samples + host_samples)  # fmt: skip
+    missing += lost
     return Coverage(
         verdict=verdict,
         kind=kind,
@@ -193,7 +205,31 @@ def run_coverage(
         headline=HEADLINES.get(verdict, ""),
         fix="" if steps else FIX_LINE,
         statement=_statement(verdict=verdict, reason=reason, seen=seen),
+        lost=list(lost),
     )
+
+
+def ended_early(*, exit_code: int | None, silent: Sequence[str]) -> list[str]:
+    """What a finished run's end lost: each process (`silent`: "rank 0", "the script")
+    whose agent never sent its final data, and why where the exit status says so
+    (128 + N, or -N: killed by signal N). A SIGTERM or SIGKILL ends Python before its
+    exit handlers run, so the agent's last seconds of steps and samples and a profiler
+    window still open are gone: a report must not read as if it had seen them."""
+    how = "ended"
+    if exit_code is not None and (exit_code > 128 or exit_code < 0):
+        number = exit_code - 128 if exit_code > 128 else -exit_code
+        try:
+            how = f"was killed by signal {number} ({signal.Signals(number).name})"
+        except ValueError:
+            how = f"was killed by signal {number}"
+    elif exit_code is not None:
+        how = f"ended (exit code {exit_code})"
+    return [
+        f"{who}'s agent sent no final data: its process {how} before the agent could flush, "
+        "so the last seconds of its steps and samples, and a profiler window still open, are "
+        "missing"
+        for who in silent
+    ]
 
 
 def _seen(*counted: tuple[int, str]) -> list[str]:
@@ -273,6 +309,7 @@ def evidence_coverage(evidence: RunEvidence, *, agent_run: bool = True) -> Cover
         host_samples=host,
         trace_gaps=trace_gaps(evidence.traces),
         agent_run=agent_run,
+        lost=ended_early(exit_code=evidence.exit_code, silent=evidence.silent_agents),
     )
 
 

@@ -49,6 +49,10 @@ class RunEvidence:
     devices: list[dict[str, Any]] = field(default_factory=list)  # protocol `devices`
     world_size: int | None = None
     verified_gains: dict[str, float] = field(default_factory=dict)  # id -> measured gain
+    # How the run ended, where a launcher said so: its exit status, and the processes whose
+    # agent never sent its final data ("rank 0", "the script"; coverage.ended_early).
+    exit_code: int | None = None
+    silent_agents: list[str] = field(default_factory=list)
 
     def fact(self, key: str, default: Any = None) -> Any:
         """A fact's value, or `default` when the agent did not report it."""

@@ -9,13 +9,13 @@ server the raw requests it read from its stored series.
 from __future__ import annotations
 
 import bisect
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from perfweb_contract.protocol import WindowName
 from perfweb_recommender.evidence import RunEvidence, StepSample
 
 BATCH_SIZE = "step.batch_size"  # samples per request/batch (agent metric, rank device)
@@ -23,9 +23,6 @@ PERCENTILES = (50.0, 95.0, 99.0)
 TARGET_WINDOWS = 30  # sliding windows across a run: each is span / TARGET_WINDOWS long
 MAX_POINTS = 2 * TARGET_WINDOWS  # windows overlap by half: one point per half window
 MIN_WINDOW_S = 1.0  # shorter windows hold too few requests for a p99
-# The agent's profiler window names its trace after the steps it spans: `rank0-step20-25`
-# on the server, `.../traces/rank0-step20-25.pt.trace.json.gz` offline (agent/runtime/profiler.py).
-_WINDOW_NAME = re.compile(r"(?:^|/)rank(\d+)-step(\d+)-(\d+)(?:\.pt\.trace|$)")
 
 
 def profiled_steps(trace_names: Iterable[str]) -> dict[int, list[tuple[int, int]]]:
@@ -34,10 +31,9 @@ def profiled_steps(trace_names: Iterable[str]) -> dict[int, list[tuple[int, int]
     stops, its closing), so their latency is the profiler's as much as the workload's."""
     spans: dict[int, list[tuple[int, int]]] = {}
     for name in trace_names:
-        match = _WINDOW_NAME.search(name)
-        if match is not None:
-            rank, first, last = (int(g) for g in match.groups())
-            spans.setdefault(rank, []).append((first, last))
+        window = WindowName.parse(name)
+        if window is not None:
+            spans.setdefault(window.rank, []).append((window.first, window.last))
     return spans
 
 

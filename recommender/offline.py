@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from perfweb_contract.layout import BATCH_RE, START_FILE, TRACES_DIR
+from perfweb_contract.layout import BATCH_RE, FINISH_FILE, START_FILE, TRACES_DIR
 from perfweb_recommender.analysis.summary import TraceSummary, summarize
 from perfweb_recommender.errors import InputError
 from perfweb_recommender.evidence import RunEvidence, Series, StepSample
@@ -117,8 +117,27 @@ def load_run(run: OfflineRun) -> tuple[RunEvidence, list[TraceSummary]]:
             except (KeyError, TypeError, ValueError, AttributeError) as exc:
                 raise InputError(f"{agent}: batch #{seq} is malformed ({exc!r})") from None
         evidence.traces += _agent_traces(agent, rank)
+    _read_ending(evidence, agents)
     evidence.devices = list({d.get("key", i): d for i, d in enumerate(evidence.devices)}.values())
     return evidence, evidence.traces
+
+
+def _read_ending(evidence: RunEvidence, agents: list[tuple[Path, dict[str, Any]]]) -> None:
+    """How the run ended, where its launcher finished: the exit status, and every worker
+    whose agent left no finish.json (killed before it could flush: `ended_early`). Without a
+    launcher's finish (the in-script API, or a run still going) nothing is claimed."""
+    launcher = [a for a, start in agents if start.get("role") == "launcher"]
+    finished = [a for a in launcher if (a / FINISH_FILE).is_file()]
+    if not finished:
+        return
+    code = _read_json(finished[0] / FINISH_FILE).get("exit_code")
+    evidence.exit_code = code if isinstance(code, int) and not isinstance(code, bool) else None
+    workers = [(a, start) for a, start in agents if start.get("role") != "launcher"]
+    for agent, start in workers:
+        if not (agent / FINISH_FILE).is_file():
+            rank = start.get("rank")
+            alone = len(workers) == 1 and rank is None
+            evidence.silent_agents.append("the script" if alone else f"rank {rank or 0}")
 
 
 def _add_batch(evidence: RunEvidence, body: dict[str, Any], rank: int, launcher: bool) -> None:

@@ -51,6 +51,7 @@ from perfweb_agent.runtime import torch_state
 from perfweb_agent.runtime.logger import say_once
 from perfweb_agent.runtime.record_scopes import OpenScopes
 from perfweb_agent.runtime.trace_merge import Segment, TraceTooLarge, merge_in_helper
+from perfweb_contract import protocol
 
 MAX_WINDOW_STEPS = 50
 # Stopping Kineto turns its records into events: time and RSS grow with their count
@@ -311,7 +312,7 @@ class ProfilerWindows:
         assert window.segments is not None
         self.agent.sender.facts.set("profiler.close_ms", round(window.close_ms, 2))
         self.agent.sender.facts.set("profiler.segments", len(window.segments))
-        name = f"rank{self.agent.rank or 0}-step{window.started_at_step}-{step}"
+        name = str(protocol.WindowName(self.agent.rank or 0, window.started_at_step, step))
         with self._lock:
             self._ready.append(_Ready(name, window.segments, window.steps))
             self._unshipped += 1

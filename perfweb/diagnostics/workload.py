@@ -17,11 +17,12 @@ from django.db.models import Max
 
 from perfweb.diagnostics.evidence import STEP_POINTS, stored_steps
 from perfweb.diagnostics.models import Trace
-from perfweb.runs.models import Run
+from perfweb.runs.models import Run, RunProcess
 from perfweb.series.models import Chunk
 from perfweb.series.selectors import series_read, series_span
+from perfweb_contract import protocol
 from perfweb_contract.protocol import STEP_DURATION
-from perfweb_recommender.coverage import Coverage, run_coverage
+from perfweb_recommender.coverage import Coverage, ended_early, run_coverage
 from perfweb_recommender.inference import BATCH_SIZE, RequestStats, profiled_steps, request_stats
 
 JOB_DEVICES = r"^(process|workers)(:\d+)?$"  # the job's own processes (DeviceNaming)
@@ -43,7 +44,24 @@ def run_workload_coverage(*, run: Run, spans: list[dict[str, Any]] | None = None
         gpu_samples=samples(lambda s: s["name"].startswith("gpu.")),
         process_samples=samples(lambda s: s["name"].startswith("process.")),
         host_samples=samples(lambda s: s["device"] == "host"),
+        lost=_lost_ends(run),
     )
+
+
+def _lost_ends(run: Run) -> list[str]:
+    """What the end of a run its launcher finished lost: the workers whose agent never sent
+    its final data (killed before it could flush), with the run's exit status."""
+    if run.status not in (Run.FINISHED, Run.FAILED):
+        return []
+    workers = list(
+        RunProcess.objects.filter(run=run).exclude(role=protocol.ROLE_LAUNCHER)
+        .values_list("rank", "ended_at")
+    )  # fmt: skip
+    alone = len(workers) == 1 and workers[0][0] is None
+    silent = [
+        "the script" if alone else f"rank {rank or 0}" for rank, ended in workers if ended is None
+    ]
+    return ended_early(exit_code=run.exit_code, silent=silent)
 
 
 def run_request_stats(

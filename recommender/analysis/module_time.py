@@ -12,10 +12,9 @@ shares are in `host_device.tensor_core_stats`.
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 
+from perfweb_contract.protocol import WindowName
 from perfweb_recommender.trace.model import CPU_OP, RankTrace
 
 # Top-level operator names per module kind (an outer name only: its callees nest inside).
@@ -114,14 +113,8 @@ def mean_call_us(times: dict[str, float], kind: str) -> float | None:
     return times.get(f"{kind}_us", 0.0) / calls if calls else None
 
 
-_WINDOW_NAME = re.compile(r"-step(\d+)-(\d+)\.pt\.trace")  # agent/runtime/profiler.py's window name
-
-
 def window_requests(source: str) -> int | None:
     """Steps (requests) a window of the agent's profiler spans, from its file name
     (`rank0-step20-25.pt.trace.json.gz`: 5); None for a trace named otherwise."""
-    match = _WINDOW_NAME.search(source)
-    if match is None:
-        return None
-    count = int(match.group(2)) - int(match.group(1))
-    return count if count > 0 else None
+    window = WindowName.parse(source)
+    return window.steps if window is not None and window.steps > 0 else None

@@ -22,6 +22,7 @@ from typing import Any, BinaryIO
 import msgspec
 import orjson
 
+from perfweb_contract.protocol import WindowName
 from perfweb_recommender.errors import InputError
 from perfweb_recommender.trace.events import EventSink
 from perfweb_recommender.trace.model import RankTrace
@@ -203,16 +204,11 @@ def _walk_generic(data: bytearray, path: Path, sink: EventSink) -> dict[str, Any
     return {k: document.get(k) for k in ("distributedInfo", "deviceProperties")}
 
 
-# The agent's window name (agent/runtime/profiler.py): rank0-step20-25.pt.trace.json.gz
-_WINDOW_NAME = re.compile(r"(?:^|-)step(\d+)-(\d+)\.pt\.trace")
-
-
 def window_steps(name: str) -> int | None:
     """Steps an agent's profiler window spans, from its file name (5 for
     `rank0-step20-25.pt.trace.json.gz`); None for a trace named otherwise."""
-    match = _WINDOW_NAME.search(name)
-    count = int(match.group(2)) - int(match.group(1)) if match else 0
-    return count if count > 0 else None
+    window = WindowName.parse(name)
+    return window.steps if window is not None and window.steps > 0 else None
 
 
 def load_trace(path: str | Path, *, fallback_rank: int = 0) -> RankTrace:

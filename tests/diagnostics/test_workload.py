@@ -17,7 +17,7 @@ from perfweb.runs.models import Run
 from tests.conftest import PASSWORD
 from tests.server.agent_client import RUN_ID, T0, Agent
 
-from .conftest import input_bound_run
+from .conftest import input_bound_run, stream_steps
 
 pytestmark = pytest.mark.django_db
 PAGE = f"/runs/{RUN_ID}/"
@@ -129,6 +129,35 @@ def test_it_lists_what_an_examined_run_lacked_on_its_page_and_in_the_api(
     listed = html[html.index('data-testid="coverage-missing"') :]
     assert "Not judged, for lack of this evidence:" in listed
     assert "<li>no profiler trace: kernel times, GPU idle causes, copies and syncs</li>" in listed
+
+
+@pytest.mark.parametrize("worker_flushed", [False, True])
+def test_a_run_whose_script_was_killed_before_its_agent_flushed_says_its_end_was_lost(
+    token: str, owner: Any, worker_flushed: bool
+) -> None:
+    # `perf-agent attach` as a scheduler's SIGTERM leaves it: the launcher finishes with the
+    # script's status (143), the script's own agent never sends its last batches or finish.
+    launcher = Agent(token, agent_id="1" * 32)
+    assert launcher.start(role="launcher", rank=None, devices=NO_GPU).status_code == 200
+    worker = Agent(token, agent_id="2" * 32)
+    assert worker.start(role="worker", rank=None, local_rank=None, world_size=None,
+                        devices=NO_GPU).status_code == 200  # fmt: skip
+    stream_steps(worker, wait_share=0.0, facts={"host.cpu_count": 8, "torch.num_threads": 1})
+    if worker_flushed:
+        assert worker.finish(exit_code=0, final=False).status_code == 200
+    assert launcher.finish(exit_code=143).status_code == 200
+    diagnose_run_task(Run.objects.get().id)
+    coverage = Client().get(WORKLOAD, HTTP_AUTHORIZATION=f"Bearer {token}").json()["coverage"]
+    html = logged_in(owner).get(PAGE).content.decode()
+    if worker_flushed:  # every agent sent its last data: nothing was lost, whatever the code
+        assert coverage["lost"] == []
+        return
+    (lost,) = coverage["lost"]
+    assert lost.startswith("the script's agent sent no final data: its process was killed by "
+                           "signal 15 (SIGTERM) before the agent could flush")  # fmt: skip
+    assert lost in coverage["missing"]
+    assert "No finding: nothing" not in html and "No finding in what was recorded" in html
+    assert "the script&#x27;s agent sent no final data" in html
 
 
 def test_it_computes_an_inference_runs_request_statistics(agent: Agent, token: str) -> None:

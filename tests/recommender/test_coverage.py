@@ -22,6 +22,7 @@ from perfweb_recommender.coverage import (
     OBSERVED,
     PARTLY_OBSERVED,
     UNSEEN_REASON,
+    ended_early,
     missing_evidence,
     run_coverage,
 )
@@ -180,3 +181,55 @@ def test_a_one_step_run_is_one_step_in_the_text_report(tmp_path: Path) -> None:
     assert "seen: 1 step\n" in result.stdout or "seen: 1 step," in result.stdout
     assert "1 step timed by the agent on 1 rank(s)" in result.stdout
     assert "1 steps" not in result.stdout
+
+
+def test_a_process_killed_before_its_agent_flushed_is_named_with_its_signal() -> None:
+    (killed,) = ended_early(exit_code=143, silent=["rank 1"])
+    assert killed.startswith("rank 1's agent sent no final data: its process was killed by "
+                             "signal 15 (SIGTERM) before the agent could flush")  # fmt: skip
+    assert "signal 9 (SIGKILL)" in ended_early(exit_code=-9, silent=["the script"])[0]
+    assert "ended (exit code 1)" in ended_early(exit_code=1, silent=["the script"])[0]
+    assert ended_early(exit_code=143, silent=[]) == []  # every agent flushed: nothing lost
+    lost = ended_early(exit_code=143, silent=["the script"])
+    coverage = run_coverage(facts=TORCH, steps=7, lost=lost)
+    assert coverage.verdict == OBSERVED and coverage.missing[-1] == lost[0]
+    assert coverage.no_findings_text(traces=False).startswith("No finding in what was recorded")
+    assert "the end of the run was lost" in coverage.no_findings_text(traces=False)
+
+
+KILLED = """
+import os, signal, time
+import torch
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range(60):
+    loss = model(torch.randn(8, 4)).pow(2).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    time.sleep(0.05)
+print("stopping", flush=True)
+os.kill(os.getpid(), signal.SIGTERM)  # as a scheduler's preemption does
+"""
+
+
+def test_a_run_killed_by_sigterm_says_its_end_was_lost(tmp_path: Path) -> None:
+    # imagenet under SIGTERM: the script's agent never flushed its last batches; the
+    # report said "observed" as if it had seen the whole run.
+    out = tmp_path / "offline"
+    script = write_script(tmp_path, KILLED)
+    ran = subprocess.run(["perf-agent", "attach", "--offline", str(out), "--", sys.executable,
+                          str(script)], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120)  # fmt: skip
+    assert (ran.returncode, ran.stdout) == (143, "stopping\n"), ran.stderr
+    report = json.loads(_analyze(out, "--format", "json").stdout)
+    coverage = report["coverage"]
+    assert coverage["verdict"] == OBSERVED and coverage["steps"] < 60  # the tail is gone
+    (lost,) = coverage["lost"]
+    assert lost.startswith("the script's agent sent no final data: its process was killed by "
+                           "signal 15 (SIGTERM)")  # fmt: skip
+    assert lost in report["missing_evidence"]
+    text = _analyze(out).stdout
+    assert "No finding: nothing" not in text  # never the plain all-clear
+    assert lost in text
+

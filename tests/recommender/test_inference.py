@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from perfweb_contract.protocol import WindowName
 from perfweb_recommender.evidence import StepSample
 from perfweb_recommender.inference import MIN_WINDOW_S, profiled_steps, request_stats
 from tests.agent.conftest import ROOT
@@ -34,6 +35,16 @@ def test_it_computes_latency_percentiles_of_every_request() -> None:
     assert stats.latency_p95_s == pytest.approx(0.050)
     assert stats.latency_p99_s == pytest.approx(np.percentile(latencies, 99))
     assert 0.05 < stats.latency_p99_s < 0.5
+
+
+def test_the_window_name_the_agent_writes_is_the_one_readers_parse() -> None:
+    name = str(WindowName(rank=3, first=20, last=25))  # agent/runtime/profiler.py's name
+    assert name == "rank3-step20-25"
+    for form in (name, f"/d/traces/{name}.pt.trace.json.gz", f"{name}.pt.trace.json.gz"):
+        assert WindowName.parse(form) == WindowName(3, 20, 25)
+        assert WindowName.parse(form).steps == 5  # type: ignore[union-attr]
+    for other in ("xrank1-step1-2", "rank1-step1-2.json", "trace.json", "rank1-step-2"):
+        assert WindowName.parse(other) is None
 
 
 def test_requests_inside_a_profiler_window_count_but_not_in_the_latencies() -> None:
