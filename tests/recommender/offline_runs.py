@@ -6,8 +6,13 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
+
+from tests.agent.conftest import ROOT, attach
 
 RUN = "run0123456789"
 
@@ -24,6 +29,16 @@ def write_agent(
         (folder / f"batch-{seq:08d}.json.gz").write_bytes(gzip.compress(json.dumps(batch).encode()))
     (folder / "finish.json").write_text(json.dumps({"run_id": RUN, "exit_code": 0}))
     return root
+
+
+def attach_with_a_window(script: Path, offline: Path) -> subprocess.CompletedProcess[str]:
+    """`perf-agent attach --offline` of `script` by the agent of this checkout, with fast
+    ticks, one thread and a profiler window over the steps after the fifth."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PERF_AGENT_")}
+    env.update(PERF_AGENT_INTERVAL="0.2", PERF_AGENT_PROFILE_WARMUP_STEPS="5",
+               PERF_AGENT_PROFILE_STEPS="5", PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    return attach(["--offline", str(offline), "--", sys.executable, str(script)], env,
+                  timeout=180)  # fmt: skip
 
 
 def inference_batch(

@@ -9,17 +9,13 @@ operators per step). The window's name says how many steps it spans.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from perfweb_recommender.api import analyze_path
 from perfweb_recommender.trace.loader import load_trace, window_steps
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.recommender.offline_runs import attach_with_a_window
 
 
 def _x(name: str, ts: float, dur: float) -> dict[str, object]:
@@ -75,14 +71,7 @@ print("done")
 def test_a_gan_counts_one_step_an_iteration_and_its_trace_too(tmp_path: Path) -> None:
     script, offline = tmp_path / "gan.py", tmp_path / "offline"
     script.write_text(GAN)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PERF_AGENT_")}
-    env.update(PERF_AGENT_INTERVAL="0.2", PERF_AGENT_PROFILE_WARMUP_STEPS="5",
-               PERF_AGENT_PROFILE_STEPS="5", PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
-    result = subprocess.run(
-        [sys.executable, "-m", "perfweb_agent.cli.main", "attach", "--offline", str(offline), "--",
-         sys.executable, str(script)],
-        env=env, capture_output=True, text=True, timeout=180, cwd=REPO,
-    )  # fmt: skip
+    result = attach_with_a_window(script, offline)
     assert (result.returncode, result.stdout) == (0, "done\n"), result.stderr[-2000:]
     report = analyze_path(offline)
     assert (report.run["steps"], report.run["steps_source"]) == (30, "optimizer")

@@ -10,9 +10,6 @@ mnist's 4-layer CNN, 808 of them the loader's); their wait is `dataloader.*`'s.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,8 +17,8 @@ import pytest
 from perfweb_recommender.analysis.host_device import cpu_op_stats
 from perfweb_recommender.api import analyze_path
 from perfweb_recommender.trace.loader import load_trace
+from tests.recommender.offline_runs import attach_with_a_window
 
-REPO = Path(__file__).resolve().parents[2]
 NEXT = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
 
 
@@ -82,14 +79,7 @@ def test_a_per_sample_transform_pipeline_is_the_dataloaders_finding_not_launch_o
 ) -> None:
     script, offline = tmp_path / "pipeline.py", tmp_path / "offline"
     script.write_text(PIPELINE)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PERF_AGENT_")}
-    env.update(PERF_AGENT_INTERVAL="0.2", PERF_AGENT_PROFILE_WARMUP_STEPS="5",
-               PERF_AGENT_PROFILE_STEPS="5", PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
-    result = subprocess.run(
-        [sys.executable, "-m", "perfweb_agent.cli.main", "attach", "--offline", str(offline), "--",
-         sys.executable, str(script)],
-        env=env, capture_output=True, text=True, timeout=180, cwd=REPO,
-    )  # fmt: skip
+    result = attach_with_a_window(script, offline)
     assert (result.returncode, result.stdout) == (0, "done\n"), result.stderr[-2000:]
     report = analyze_path(offline)
     assert report.run["steps"] == 30 and len(report.traces) == 1
