@@ -209,6 +209,12 @@ def run_coverage(
     )
 
 
+def worker_name(rank: int | None, *, workers: int) -> str:
+    """How a report names a worker process: "the script" when it is the run's only one and
+    has no rank (`perf-agent attach -- python train.py`), else "rank N"."""
+    return "the script" if workers == 1 and rank is None else f"rank {rank or 0}"
+
+
 def ended_early(*, exit_code: int | None, silent: Sequence[str]) -> list[str]:
     """What a finished run's end lost: each process (`silent`: "rank 0", "the script")
     whose agent never sent its final data, and why where the exit status says so

@@ -20,6 +20,7 @@ import orjson
 
 from perfweb_contract.layout import BATCH_RE, FINISH_FILE, START_FILE, TRACES_DIR
 from perfweb_recommender.analysis.summary import TraceSummary, summarize
+from perfweb_recommender.coverage import worker_name
 from perfweb_recommender.errors import InputError
 from perfweb_recommender.evidence import RunEvidence, Series, StepSample
 from perfweb_recommender.trace.loader import load_trace
@@ -133,11 +134,11 @@ def _read_ending(evidence: RunEvidence, agents: list[tuple[Path, dict[str, Any]]
     code = _read_json(finished[0] / FINISH_FILE).get("exit_code")
     evidence.exit_code = code if isinstance(code, int) and not isinstance(code, bool) else None
     workers = [(a, start) for a, start in agents if start.get("role") != "launcher"]
-    for agent, start in workers:
-        if not (agent / FINISH_FILE).is_file():
-            rank = start.get("rank")
-            alone = len(workers) == 1 and rank is None
-            evidence.silent_agents.append("the script" if alone else f"rank {rank or 0}")
+    evidence.silent_agents += [
+        worker_name(start.get("rank"), workers=len(workers))
+        for agent, start in workers
+        if not (agent / FINISH_FILE).is_file()
+    ]
 
 
 def _add_batch(evidence: RunEvidence, body: dict[str, Any], rank: int, launcher: bool) -> None:

@@ -22,7 +22,7 @@ from perfweb.series.models import Chunk
 from perfweb.series.selectors import series_read, series_span
 from perfweb_contract import protocol
 from perfweb_contract.protocol import STEP_DURATION
-from perfweb_recommender.coverage import Coverage, ended_early, run_coverage
+from perfweb_recommender.coverage import Coverage, ended_early, run_coverage, worker_name
 from perfweb_recommender.inference import BATCH_SIZE, RequestStats, profiled_steps, request_stats
 
 JOB_DEVICES = r"^(process|workers)(:\d+)?$"  # the job's own processes (DeviceNaming)
@@ -57,10 +57,7 @@ def _lost_ends(run: Run) -> list[str]:
         RunProcess.objects.filter(run=run).exclude(role=protocol.ROLE_LAUNCHER)
         .values_list("rank", "ended_at")
     )  # fmt: skip
-    alone = len(workers) == 1 and workers[0][0] is None
-    silent = [
-        "the script" if alone else f"rank {rank or 0}" for rank, ended in workers if ended is None
-    ]
+    silent = [worker_name(rank, workers=len(workers)) for rank, ended in workers if ended is None]
     return ended_early(exit_code=run.exit_code, silent=silent)
 
 
