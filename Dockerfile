@@ -3,6 +3,8 @@ FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PERFWEB_DATA_DIR=/data
 WORKDIR /app
 COPY pyproject.toml README.md ./
+# each folder holds its package under the import name (agent/perfweb_agent/, ...)
+COPY contract ./contract
 COPY agent ./agent
 COPY recommender ./recommender
 COPY perfweb ./perfweb

@@ -34,9 +34,23 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--out", default="bench/results/ab_quantize_dynamic.json")
     args = parser.parse_args()
-    argv = [sys.executable, "-m", "perfweb_agent.cli.main", "ab", "--knob", args.knob, "--rounds",
-            str(args.rounds), "--max-rounds", str(args.rounds), "--format", "json", "--",
-            sys.executable, args.script]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "perfweb_agent.cli.main",
+        "ab",
+        "--knob",
+        args.knob,
+        "--rounds",
+        str(args.rounds),
+        "--max-rounds",
+        str(args.rounds),
+        "--format",
+        "json",
+        "--",
+        sys.executable,
+        args.script,
+    ]
     load_before = os.getloadavg()
     started = time.monotonic()
     done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=3600)
@@ -55,7 +69,7 @@ def main() -> int:
             "python": platform.python_version(),
             "load_before": load_before,
             "load_after": os.getloadavg(),
-        },  # fmt: skip
+        },
         "wall_s": round(wall, 1),
         "arm_mean_s_by_round": means,
         "arm_mean_s_median_min_max": {
@@ -68,8 +82,10 @@ def main() -> int:
     from perfweb_agent.cli.ab import format_table
 
     print("\n".join(format_table(result["rows"])))
-    print(f"speedup {result['speedup']:.2f}x (95% CI {result['ci_low']:.2f}-"
-          f"{result['ci_high']:.2f}), verdict: {result['verdict']}")  # fmt: skip
+    print(
+        f"speedup {result['speedup']:.2f}x (95% CI {result['ci_low']:.2f}-"
+        f"{result['ci_high']:.2f}), verdict: {result['verdict']}"
+    )
     return 0
 
 

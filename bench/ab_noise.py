@@ -11,7 +11,8 @@
    candidate-first rounds, as the engine runs them), looks after `--min-rounds`, and adds a
    round while its verdict is inconclusive, up to `--max-rounds`. Every job is decided
    twice: by the rule before this change (a two-level bootstrap 95% interval, looked at
-   after every round as if it were the only look) and by `perfweb_agent.ab.stats.compare`.
+   after every round as if it were the only look) and by `perfweb_contract.ab.decision.compare`
+   (the trimmed-mean round statistic and its always-valid interval, looked at after every round).
 
 Any decided "faster" of a no-op knob is a false verification; the report counts them per
 rule. The pool's own spread is reported too: the standard deviation of the rounds' log
@@ -34,7 +35,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from perfweb_agent.ab.engine import AbPlan, Arm, run_ab
-from perfweb_agent.ab.stats import Round, compare, planned_looks, speedup_of, verdict_of
+from perfweb_contract.ab.decision import compare, verdict_of
+from perfweb_contract.ab.results import Round
 
 REPO = Path(__file__).resolve().parents[1]
 WORKLOAD = ["python", "tests/jobs/input_bound.py", "--healthy", "--steps", "30"]
@@ -46,11 +48,20 @@ def measure(rounds: int, steps: int) -> list[dict]:
 
     def keep(arm: Arm) -> None:
         arms[(arm.round, arm.arm)] = list(arm.step_s)
-        print(f"round {arm.round:2d} {arm.arm:9s} {statistics.fmean(arm.step_s):.5f} s/step",
-              file=sys.stderr, flush=True)  # fmt: skip
+        print(
+            f"round {arm.round:2d} {arm.arm:9s} {statistics.fmean(arm.step_s):.5f} s/step",
+            file=sys.stderr,
+            flush=True,
+        )
 
-    plan = AbPlan(command=[sys.executable, *WORKLOAD[1:]], knobs={"cudnn_benchmark": True},
-                  rounds=rounds, max_rounds=rounds, steps=steps, cwd=str(REPO))  # fmt: skip
+    plan = AbPlan(
+        command=[sys.executable, *WORKLOAD[1:]],
+        knobs={"cudnn_benchmark": True},
+        rounds=rounds,
+        max_rounds=rounds,
+        steps=steps,
+        cwd=str(REPO),
+    )
     run_ab(plan, on_arm=keep)
     return [
         {"round": n, "baseline": arms[(n, "baseline")], "candidate": arms[(n, "candidate")]}
@@ -83,8 +94,13 @@ def verdict_before(rounds: Sequence[Round]) -> str:
     return verdict_of(speedup_of(baseline, candidate), *bootstrap_before(rounds))
 
 
-def verdict_after(rounds: Sequence[Round], *, min_rounds: int, max_rounds: int) -> str:
-    return compare(rounds, looks=planned_looks(min_rounds, max_rounds)).verdict
+def verdict_after(rounds: Sequence[Round]) -> str:
+    return compare(rounds).verdict
+
+
+def speedup_of(baseline: Sequence[float], candidate: Sequence[float]) -> float:
+    """Mean baseline step time over mean candidate step time (the rule before)."""
+    return statistics.fmean(baseline) / statistics.fmean(candidate)
 
 
 def replay(pool: list[dict], *, jobs: int, min_rounds: int, max_rounds: int, seed: int) -> dict:
@@ -102,10 +118,7 @@ def replay(pool: list[dict], *, jobs: int, min_rounds: int, max_rounds: int, see
         for rule in ("before", "after"):
             for n in range(min_rounds, max_rounds + 1):
                 taken = sequence[:n]
-                if rule == "before":
-                    verdict = verdict_before(taken)
-                else:
-                    verdict = verdict_after(taken, min_rounds=min_rounds, max_rounds=max_rounds)
+                verdict = verdict_before(taken) if rule == "before" else verdict_after(taken)
                 if verdict != "inconclusive":
                     break
             tally[rule][verdict] += 1
@@ -123,8 +136,9 @@ def replay(pool: list[dict], *, jobs: int, min_rounds: int, max_rounds: int, see
 
 def spread(pool: list[dict]) -> dict:
     """The pool's noise: the rounds' log speedups, and the part the steps alone explain."""
-    logs = [math.log(statistics.fmean(p["baseline"]) / statistics.fmean(p["candidate"]))
-            for p in pool]  # fmt: skip
+    logs = [
+        math.log(statistics.fmean(p["baseline"]) / statistics.fmean(p["candidate"])) for p in pool
+    ]
 
     def within(steps: list[float]) -> float:
         mean = statistics.fmean(steps)
@@ -157,11 +171,18 @@ def main() -> int:
         load_before, started = os.getloadavg(), time.monotonic()
         pool = measure(args.rounds, args.steps)
         record = {
-            "workload": WORKLOAD, "knob": "cudnn_benchmark=true", "steps_per_arm": args.steps,
-            "host": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                     "load_before": load_before, "load_after": os.getloadavg()},
-            "measure_wall_s": round(time.monotonic() - started, 1), "pool": pool,
-        }  # fmt: skip
+            "workload": WORKLOAD,
+            "knob": "cudnn_benchmark=true",
+            "steps_per_arm": args.steps,
+            "host": {
+                "cpus": os.cpu_count(),
+                "python": platform.python_version(),
+                "load_before": load_before,
+                "load_after": os.getloadavg(),
+            },
+            "measure_wall_s": round(time.monotonic() - started, 1),
+            "pool": pool,
+        }
     record["spread"] = spread(record["pool"])
     # The end-to-end test's job (4 rounds, up to 8) and the jobs form's default (5, up to 20).
     record["replays"] = [

@@ -44,8 +44,9 @@ def main() -> None:
     import perfweb_agent
 
     with tempfile.TemporaryDirectory() as folder:
-        running = perfweb_agent.attach(offline=folder, name="log-cost", interval=1.0,
-                                       flush_interval=1.0)
+        running = perfweb_agent.attach(
+            offline=folder, name="log-cost", interval=1.0, flush_interval=1.0
+        )
         assert running is not None
         loss = torch.tensor(0.5)
         cases = {
@@ -62,18 +63,25 @@ def main() -> None:
                     call()
                 per_call[name].append((time.perf_counter() - began) / options.calls * 1e6)
                 time.sleep(1.2)  # let the sampler drain the buffer between cases
-        dropped = running.sender.dropped
+        dropped = running.dropped
         perfweb_agent.shutdown()
     base = statistics.median(per_call["no-op"])
     report = {
-        "rounds": options.rounds, "calls_per_round": options.calls, "dropped_samples": dropped,
-        "load_1min": os.getloadavg()[0], "cpu_count": os.cpu_count(),
+        "rounds": options.rounds,
+        "calls_per_round": options.calls,
+        "dropped_samples": dropped,
+        "load_1min": os.getloadavg()[0],
+        "cpu_count": os.cpu_count(),
         "cases": {
-            name: {"median_us": statistics.median(v), "min_us": min(v), "max_us": max(v),
-                   "added_us": statistics.median(v) - base}
+            name: {
+                "median_us": statistics.median(v),
+                "min_us": min(v),
+                "max_us": max(v),
+                "added_us": statistics.median(v) - base,
+            }
             for name, v in per_call.items()
         },
-    }  # fmt: skip
+    }
     text = json.dumps(report, indent=2)
     print(text)
     if options.out:

@@ -161,7 +161,7 @@ def run_once(script: Path, mode: str, steps: int, offline: str) -> dict[str, Any
     env["OMP_NUM_THREADS"] = env.get("OMP_NUM_THREADS", "1")
     if mode != "baseline":
         from perfweb_agent.cli.attach import child_env
-        from perfweb_agent.runtime.config import load_settings
+        from perfweb_agent.core.config import load_settings
 
         settings = load_settings(env={}, offline=offline)
         env = child_env(settings, base=env)
@@ -257,13 +257,21 @@ def _window_cost(runs: list[dict[str, Any]], steps: int) -> dict[str, Any]:
         "closing_step_ratio": _spread(closing, 1.0, 2),
         "inside_window_step_ratio": _spread(inside, 1.0, 2),
         "opening_step_extra_ms": _spread(
-            [(o - 1.0) * statistics.median(r["times"][hi + 5 :]) for o, r in zip(
-                opening, runs, strict=True)], 1e3, 1
+            [
+                (o - 1.0) * statistics.median(r["times"][hi + 5 :])
+                for o, r in zip(opening, runs, strict=True)
+            ],
+            1e3,
+            1,
         ),
         "worst_window_step_extra_ms": _spread(worst, 1e3, 1),
         "closing_step_extra_ms": _spread(
-            [(c - 1.0) * statistics.median(r["times"][hi + 5 :]) for c, r in zip(
-                closing, runs, strict=True)], 1e3, 1
+            [
+                (c - 1.0) * statistics.median(r["times"][hi + 5 :])
+                for c, r in zip(closing, runs, strict=True)
+            ],
+            1e3,
+            1,
         ),
     }
 
@@ -285,24 +293,52 @@ MICRO = textwrap.dedent(
         return (time.thread_time() - t0) / n
 
     bare_next = dl._BaseDataLoaderIter.__next__
+    bare_to = torch.Tensor.to
     import perfweb_agent
     a = perfweb_agent.attach(offline="OFFLINE", interval=3600, profile=False)
     wrapped_next = dl._BaseDataLoaderIter.__next__
-    hook = a.patches._handles[0]
-    post_hook = next(iter(optim_mod._global_optimizer_post_hooks.values()))
+    hook, pre = a.patches._handles[0], a.patches._handles[1]
+    post_hook = optim_mod._global_optimizer_post_hooks[hook.id]
+    pre_hook = optim_mod._global_optimizer_pre_hooks[pre.id]  # the step anatomy's
 
     def agent_on(on):
         dl._BaseDataLoaderIter.__next__ = wrapped_next if on else bare_next
         if on:
             optim_mod._global_optimizer_post_hooks[hook.id] = post_hook
+            optim_mod._global_optimizer_pre_hooks[pre.id] = pre_hook
         else:
             optim_mod._global_optimizer_post_hooks.pop(hook.id, None)
+            optim_mod._global_optimizer_pre_hooks.pop(pre.id, None)
 
     n, off, on = 5000, [], []
     loop(2000)
     for _ in range(15):  # interleaved A/B; the minimum of each is the least disturbed
         agent_on(False); off.append(loop(n))
         agent_on(True); on.append(loop(n))
+    # the step anatomy's part (already inside per_step_us for the data and optimizer phases):
+    # four phases entered and left per step (data, forward, backward, optimizer), the reader's
+    # CPU per step (agent thread), and the Tensor.to wrapper's cost per call
+    anatomy = a.timer.anatomy
+    def marks(n):
+        t0 = time.thread_time()
+        for _ in range(n):
+            for phase in (0, 2, 3, 4):
+                anatomy.enter(phase); anatomy.leave(phase)
+            a.timer.boundary()
+        marked = (time.thread_time() - t0) / n
+        t0 = time.thread_time()
+        anatomy.read()
+        return marked, (time.thread_time() - t0) / n
+    def to_calls(n, to):
+        x = torch.zeros(1)
+        t0 = time.thread_time()
+        for _ in range(n):
+            to(x, torch.float64)
+        return (time.thread_time() - t0) / n
+    wrapped_to = torch.Tensor.to
+    mark_costs = [marks(5000) for _ in range(15)]
+    to_extra = min(to_calls(20000, wrapped_to) for _ in range(15)) - min(
+        to_calls(20000, bare_to) for _ in range(15))
     a._tick()  # first tick: NVML init, devices
     ticks = []
     for _ in range(50):
@@ -311,7 +347,10 @@ MICRO = textwrap.dedent(
         ticks.append(time.thread_time() - t0)
     ticks.sort()
     print(json.dumps({"per_step_us": (min(on) - min(off)) * 1e6, "bare_step_us": min(off) * 1e6,
-                      "tick_cpu_ms": ticks[len(ticks) // 2] * 1e3}))
+                      "tick_cpu_ms": ticks[len(ticks) // 2] * 1e3,
+                      "anatomy_marks_per_step_us": min(m for m, _ in mark_costs) * 1e6,
+                      "anatomy_read_per_step_us": min(r for _, r in mark_costs) * 1e6,
+                      "tensor_to_call_us": to_extra * 1e6}))
     """
 )
 
@@ -409,8 +448,11 @@ def main() -> int:
         if not args.skip_micro:
             costs = micro(tmp)
             inference_costs = micro(tmp, MICRO_INFERENCE)
-            print(json.dumps({"micro": costs, "micro_inference": inference_costs}),
-                  file=sys.stderr, flush=True)
+            print(
+                json.dumps({"micro": costs, "micro_inference": inference_costs}),
+                file=sys.stderr,
+                flush=True,
+            )
         if args.micro_only:
             return 0
         if not args.skip_micro:

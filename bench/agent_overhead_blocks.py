@@ -30,15 +30,18 @@ BLOCKS = textwrap.dedent(
     import perfweb_agent
     a = perfweb_agent.attach(offline=offline, interval=interval, profile=False)
     wrapped_next = dl._BaseDataLoaderIter.__next__
-    hook = a.patches._handles[0]
+    hook, pre = a.patches._handles[0], a.patches._handles[1]
     post_hook = optim_mod._global_optimizer_post_hooks[hook.id]
+    pre_hook = optim_mod._global_optimizer_pre_hooks[pre.id]  # the step anatomy's
 
     def agent_on(on):
         dl._BaseDataLoaderIter.__next__ = wrapped_next if on else bare_next
         if on:
             optim_mod._global_optimizer_post_hooks[hook.id] = post_hook
+            optim_mod._global_optimizer_pre_hooks[pre.id] = pre_hook
         else:
             optim_mod._global_optimizer_post_hooks.pop(hook.id, None)
+            optim_mod._global_optimizer_pre_hooks.pop(pre.id, None)
         a.collecting = on  # the thread still wakes, but samples nothing while off
 
     torch.manual_seed(0)

@@ -66,23 +66,37 @@ PROBE = textwrap.dedent(
     httpd = Server(("127.0.0.1", 0), Handler)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
 
-    from perfweb_agent.runtime.config import load_settings
+    try:
+        from perfweb_agent.core.config import load_settings
+    except ImportError:  # a baseline from before the agent's bottom layer (issue 28)
+        from perfweb_agent.runtime.config import load_settings
     from perfweb_agent.delivery.sender import Sender
 
     settings = load_settings(env={}, server=f"http://127.0.0.1:{httpd.server_address[1]}",
                              token="t", interval=0.1, flush_interval=1.0, spill_dir=spill)
     ticks = []
-    sender = Sender(settings, uuid.uuid4().hex)
+    agent_id = uuid.uuid4().hex
+    start = {"run_id": settings.run_id, "agent_id": agent_id, "role": "worker"}
     def tick():
         ticks.append(time.monotonic())
-        sender.samples.add("process", "process.rss", time.time(), 1.0)
-    sender._tick = tick
-    began = time.monotonic()
-    sender.start({"run_id": settings.run_id, "agent_id": sender.agent_id, "role": "worker"})
+        samples.add("process", "process.rss", time.time(), 1.0)
+    try:  # the sender sends what Batches cut (issue 28)
+        from perfweb_agent.delivery.batches import Batches
+    except ImportError:  # a baseline whose sender held the buffers
+        sender = Sender(settings, agent_id, tick=tick)
+        samples = sender.samples
+        began = time.monotonic()
+        sender.start(start)
+    else:
+        cutter = Batches(settings, agent_id, start_body=lambda: dict(start))
+        samples = cutter.samples
+        sender = Sender(settings, agent_id, next_batch=cutter.cut, tick=tick)
+        began = time.monotonic()
+        sender.start()
     time.sleep(seconds)
     ended = time.monotonic()
     live = len({seq for t, seq in batches if t <= ended})
-    sender.close(None, 0.5)
+    sender.close(*([] if hasattr(sender, "link") else [None]), 0.5)
     ticks = [t for t in ticks if t <= ended]
     print(json.dumps({"ticks": ticks, "live_batches": live, "began": began,
                       "timeout": settings.http_timeout}))
@@ -92,13 +106,17 @@ PROBE = textwrap.dedent(
 
 def baseline_tree(ref: str, into: str) -> str:
     """The agent package of git ref `ref`, extracted under `into`; returns its root."""
-    archive = subprocess.run(["git", "archive", ref, "agent"], cwd=ROOT, capture_output=True,
-                             check=True).stdout  # fmt: skip
+    archive = subprocess.run(
+        ["git", "archive", ref, "agent"], cwd=ROOT, capture_output=True, check=True
+    ).stdout
     subprocess.run(["tar", "-x", "-C", into], input=archive, check=True)
+    if os.path.exists(os.path.join(into, "agent", "perfweb_agent", "delivery", "sender.py")):
+        return os.path.join(into, "agent")  # the folder named as it is imported (issue 28)
     if not os.path.exists(os.path.join(into, "agent", "delivery", "sender.py")):
-        raise SystemExit(f"{ref} predates the perfweb_agent import names (issue 15): "
-                         "pick a later baseline ref")
-    os.symlink("agent", os.path.join(into, "perfweb_agent"))  # the import name
+        raise SystemExit(
+            f"{ref} predates the perfweb_agent import names (issue 15): pick a later baseline ref"
+        )
+    os.symlink("agent", os.path.join(into, "perfweb_agent"))  # a ref from before issue 28
     return into
 
 
@@ -108,9 +126,13 @@ def measure(tree: str, seconds: float, delay: float) -> dict[str, Any]:
         env["PYTHONPATH"] = tree
         done = subprocess.run(
             [sys.executable, "-c", PROBE, str(seconds), str(delay), spill],
-            env=env, capture_output=True, text=True, timeout=seconds + 60, check=True,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=seconds + 60,
+            check=True,
             cwd=spill,  # not the repository: `-c` puts the working directory on sys.path
-        )  # fmt: skip
+        )
     raw = json.loads(done.stdout.strip().splitlines()[-1])
     ticks = raw["ticks"]
     gaps = sorted(b - a for a, b in zip(ticks, ticks[1:], strict=False))
@@ -138,7 +160,7 @@ def main() -> None:
     parser.add_argument("--out", default="")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        trees = {"this tree": str(ROOT)}
+        trees = {"this tree": str(ROOT / "agent")}
         if args.baseline_ref:
             trees[args.baseline_ref] = baseline_tree(args.baseline_ref, tmp)
         configs = [(name, delay) for name in trees for delay in (0.0, args.delay)]
@@ -151,8 +173,7 @@ def main() -> None:
     report = {
         key: {
             metric: summary([run[metric] for run in runs])
-            for metric in ("gap_median_s", "gap_p99_s", "gap_max_s", "late_share",
-                           "live_batches")  # fmt: skip
+            for metric in ("gap_median_s", "gap_p99_s", "gap_max_s", "late_share", "live_batches")
         }
         | {"http_timeout_s": runs[0]["http_timeout_s"], "rounds": len(runs)}
         for key, runs in results.items()
@@ -160,7 +181,8 @@ def main() -> None:
     for key, metrics in report.items():
         line = ", ".join(
             f"{m} {v['median']:.3g} ({v['min']:.3g}–{v['max']:.3g})"
-            for m, v in metrics.items() if isinstance(v, dict)
+            for m, v in metrics.items()
+            if isinstance(v, dict)
         )
         print(f"{key} [timeout {metrics['http_timeout_s']:g} s]: {line}")
     if args.out:

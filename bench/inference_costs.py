@@ -1,5 +1,6 @@
-"""The measured constants behind the inference rules' estimates (recommender/rules/
-inference.py and model.py), on this machine's CPU, one thread:
+"""The measured constants behind the inference rules' estimates
+(recommender/perfweb_recommender/rules/ inference.py and model.py), on this machine's CPU, one
+thread:
 
 - autograd's cost per operator: serving_autograd_on.py's model (25 top-level operators a
   request: 9 Linear, 8 LayerNorm, 8 GELU) with grad on vs under inference_mode;
@@ -90,9 +91,12 @@ def int8_by_linear_call() -> list[dict[str, object]]:
     rows = []
     for hidden, batch in ((256, 1), (512, 1), (1024, 1), (2048, 16)):
         fp32 = nn.Sequential(
-            nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
+            nn.Linear(hidden, hidden),
+            nn.ReLU(),
+            nn.Linear(hidden, hidden),
+            nn.ReLU(),
             nn.Linear(hidden, 10),
-        ).eval()  # fmt: skip
+        ).eval()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             int8 = torch.ao.quantization.quantize_dynamic(fp32, {nn.Linear}, dtype=torch.qint8)
@@ -103,10 +107,14 @@ def int8_by_linear_call() -> list[dict[str, object]]:
                 base = _per_call_us(partial(fp32, x), calls)
                 per_linear.append(base / 3)  # the MLP's time over its 3 Linear layers
                 ratios.append(base / _per_call_us(partial(int8, x), calls))
-        rows.append({
-            "hidden": hidden, "batch": batch, "fp32_us_per_linear_call": _summary(per_linear),
-            "int8_speedup": _summary(ratios),
-        })  # fmt: skip
+        rows.append(
+            {
+                "hidden": hidden,
+                "batch": batch,
+                "fp32_us_per_linear_call": _summary(per_linear),
+                "int8_speedup": _summary(ratios),
+            }
+        )
     return rows
 
 

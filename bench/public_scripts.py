@@ -93,21 +93,25 @@ def _export(examples: Path, into: Path) -> Path:
         return examples
     names = subprocess.run(
         ["git", "-C", str(examples), "ls-tree", "-r", "--name-only", "HEAD"],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.split()
     # Large data files of the corpus may be absent from a mirror; the bench makes its own.
     keep = [n for n in names if not n.startswith("word_language_model/data/")]
     tree = into / "examples"
     tree.mkdir()
-    archive = subprocess.run(["git", "-C", str(examples), "archive", "HEAD", *keep],
-                             capture_output=True, check=True).stdout
+    archive = subprocess.run(
+        ["git", "-C", str(examples), "archive", "HEAD", *keep], capture_output=True, check=True
+    ).stdout
     subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
     return tree
 
 
 def _commit(examples: Path) -> str:
-    out = subprocess.run(["git", "-C", str(examples), "rev-parse", "HEAD"],
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        ["git", "-C", str(examples), "rev-parse", "HEAD"], capture_output=True, text=True
+    )
     return out.stdout.strip() or "unknown"
 
 
@@ -118,81 +122,213 @@ def _cases(tree: Path, work: Path) -> list[dict[str, Any]]:
     (work / "hf_generate.py").write_text(HF_GENERATE)
     data_root = work / "data"  # mnist and vae read '../data' from their own folder's sibling
     return [
-        {"name": "word_language_model (train)", "cwd": tree / "word_language_model",
-         "argv": ["main.py", "--data", str(corpus), "--epochs", "1", "--emsize", "32",
-                  "--nhid", "32", "--bptt", "20", "--save", str(wlm)],
-         "needs": [], "expect": {"kind": "training", "source": "backward", "count": 11},
-         "what": "1 epoch, 11 batches of 20x20 tokens, weights updated by hand (p.data.add_)"},
-        {"name": "word_language_model generate.py (inference)", "cwd": tree / "word_language_model",
-         "argv": ["generate.py", "--data", str(corpus), "--checkpoint", str(wlm), "--words", "200",
-                  "--outf", str(work / "generated.txt")],
-         "needs": [], "needs_file": wlm,
-         "expect": {"kind": "inference", "source": "module", "count": 200},
-         "what": "200 words, one model call each, eval() + no_grad"},
-        {"name": "regression", "cwd": tree / "regression", "argv": ["main.py"],
-         "needs": [], "unseeded": True,
-         "expect": {"kind": "training", "source": "backward", "count": None},
-         "what": "fits a polynomial until loss < 1e-3, updates by hand (count printed; unseeded)"},
-        {"name": "time_sequence_prediction", "cwd": work / "tsp",
-         "argv": [str(tree / "time_sequence_prediction" / "train.py"), "--steps", "2"],
-         "needs": ["matplotlib", "numpy"], "prepare": "tsp", "slow": True,
-         "expect": {"kind": "training", "source": "optimizer", "count": None},
-         "what": "LBFGS, 2 steps (each step() runs up to 20 closures)"},
+        {
+            "name": "word_language_model (train)",
+            "cwd": tree / "word_language_model",
+            "argv": [
+                "main.py",
+                "--data",
+                str(corpus),
+                "--epochs",
+                "1",
+                "--emsize",
+                "32",
+                "--nhid",
+                "32",
+                "--bptt",
+                "20",
+                "--save",
+                str(wlm),
+            ],
+            "needs": [],
+            "expect": {"kind": "training", "source": "backward", "count": 11},
+            "what": "1 epoch, 11 batches of 20x20 tokens, weights updated by hand (p.data.add_)",
+        },
+        {
+            "name": "word_language_model generate.py (inference)",
+            "cwd": tree / "word_language_model",
+            "argv": [
+                "generate.py",
+                "--data",
+                str(corpus),
+                "--checkpoint",
+                str(wlm),
+                "--words",
+                "200",
+                "--outf",
+                str(work / "generated.txt"),
+            ],
+            "needs": [],
+            "needs_file": wlm,
+            "expect": {"kind": "inference", "source": "module", "count": 200},
+            "what": "200 words, one model call each, eval() + no_grad",
+        },
+        {
+            "name": "regression",
+            "cwd": tree / "regression",
+            "argv": ["main.py"],
+            "needs": [],
+            "unseeded": True,
+            "expect": {"kind": "training", "source": "backward", "count": None},
+            "what": "fits a polynomial to loss < 1e-3, updates by hand (count printed, unseeded)",
+        },
+        {
+            "name": "time_sequence_prediction",
+            "cwd": work / "tsp",
+            "argv": [str(tree / "time_sequence_prediction" / "train.py"), "--steps", "2"],
+            "needs": ["matplotlib", "numpy"],
+            "prepare": "tsp",
+            "slow": True,
+            "expect": {"kind": "training", "source": "optimizer", "count": None},
+            "what": "LBFGS, 2 steps (each step() runs up to 20 closures)",
+        },
         # Batches of 16: 40 steps, so the profiler window (after step 20) opens in them.
-        {"name": "mnist", "cwd": tree / "mnist",
-         "argv": ["main.py", "--epochs", "1", "--batch-size", "16", "--test-batch-size", "100",
-                  "--no-accel"],
-         "needs": ["torchvision"], "prepare": "mnist", "data": data_root,
-         "expect": {"kind": "training", "source": "optimizer", "count": 40},
-         "what": "1 epoch over a fake MNIST of 640 images: 40 optimizer steps, then a test "
-                 "pass of 2 batches in eval() + no_grad"},
-        {"name": "vae", "cwd": tree / "vae",
-         "argv": ["main.py", "--epochs", "1", "--batch-size", "16", "--no-accel"],
-         "needs": ["torchvision"], "prepare": "mnist", "data": data_root,
-         "expect": {"kind": "training", "source": "optimizer", "count": 40},
-         "what": "1 epoch over a fake MNIST of 640 images: 40 optimizer steps, then a test "
-                 "pass of 13 batches and a decode of 64 samples in eval() + no_grad"},
+        {
+            "name": "mnist",
+            "cwd": tree / "mnist",
+            "argv": [
+                "main.py",
+                "--epochs",
+                "1",
+                "--batch-size",
+                "16",
+                "--test-batch-size",
+                "100",
+                "--no-accel",
+            ],
+            "needs": ["torchvision"],
+            "prepare": "mnist",
+            "data": data_root,
+            "expect": {"kind": "training", "source": "optimizer", "count": 40},
+            "what": "1 epoch over a fake MNIST of 640 images: 40 optimizer steps, then a test "
+            "pass of 2 batches in eval() + no_grad",
+        },
+        {
+            "name": "vae",
+            "cwd": tree / "vae",
+            "argv": ["main.py", "--epochs", "1", "--batch-size", "16", "--no-accel"],
+            "needs": ["torchvision"],
+            "prepare": "mnist",
+            "data": data_root,
+            "expect": {"kind": "training", "source": "optimizer", "count": 40},
+            "what": "1 epoch over a fake MNIST of 640 images: 40 optimizer steps, then a test "
+            "pass of 13 batches and a decode of 64 samples in eval() + no_grad",
+        },
         # --dummy is 1,281,167 FakeData images an epoch and no flag of the script bounds the
         # steps (~5 s a step of 8 here): it is stopped as a user stops it, with SIGINT to the
         # command (perf-agent forwards it), and what ran is the last step it printed (-p 1).
-        {"name": "imagenet --dummy resnet18", "cwd": tree / "imagenet",
-         "argv": ["main.py", "--dummy", "-a", "resnet18", "--epochs", "1", "-b", "8", "-j", "0",
-                  "--no-accel", "--seed", "0", "-p", "1"],
-         "needs": ["torchvision"], "interrupt_after_s": 40.0,
-         "expect": {"kind": "training", "source": "optimizer", "count": None, "rc": 130},
-         "what": "resnet18 on the script's FakeData, batches of 8, SIGINT after 40 s"},
+        {
+            "name": "imagenet --dummy resnet18",
+            "cwd": tree / "imagenet",
+            "argv": [
+                "main.py",
+                "--dummy",
+                "-a",
+                "resnet18",
+                "--epochs",
+                "1",
+                "-b",
+                "8",
+                "-j",
+                "0",
+                "--no-accel",
+                "--seed",
+                "0",
+                "-p",
+                "1",
+            ],
+            "needs": ["torchvision"],
+            "interrupt_after_s": 40.0,
+            "expect": {"kind": "training", "source": "optimizer", "count": None, "rc": 130},
+            "what": "resnet18 on the script's FakeData, batches of 8, SIGINT after 40 s",
+        },
         # dcgan steps two optimizers an iteration (D's, then G's) after three backwards: an
         # iteration is one step. --manualSeed: unseeded, the script draws its own seed.
-        {"name": "dcgan --dataset fake", "cwd": tree / "dcgan",
-         "argv": ["main.py", "--dataset", "fake", "--dry-run", "--niter", "1", "--batchSize", "8",
-                  "--workers", "0", "--manualSeed", "1", "--outf", str(work / "dcgan")],
-         "needs": ["torchvision"],
-         "expect": {"kind": "training", "source": "optimizer", "count": 1},
-         "what": "one training cycle (--dry-run)"},
-        {"name": "dcgan --dataset fake (1 epoch)", "cwd": tree / "dcgan",
-         "argv": ["main.py", "--dataset", "fake", "--niter", "1", "--batchSize", "16",
-                  "--workers", "0", "--manualSeed", "1", "--ngf", "8", "--ndf", "8",
-                  "--outf", str(work / "dcgan")],
-         "needs": ["torchvision"],
-         "expect": {"kind": "training", "source": "optimizer", "count": 63},
-         "what": "1 epoch of FakeData's 1,000 images in batches of 16 (8 filters, not 64: "
-                 "CPU time): 63 iterations, each 3 backwards and 2 optimizer steps"},
-        {"name": "fast_neural_style eval (inference)", "cwd": tree / "fast_neural_style",
-         "argv": ["neural_style/neural_style.py", "eval", "--content-image",
-                  str(work / "content.jpg"), "--model", str(work / "style.pth"),
-                  "--output-image", str(work / "styled.jpg")],
-         "needs": ["torchvision"], "prepare": "style",
-         "expect": {"kind": "inference", "source": "module", "count": 1},
-         "what": "one no_grad call of a TransformerNet of random weights on a 256x256 image"},
-        {"name": "distributed/ddp example.py (torchrun)", "cwd": tree / "distributed" / "ddp",
-         "argv": ["-m", "torch.distributed.run", "--nproc_per_node=2", "example.py"],
-         "needs": [], "skips": "Unable to locate sufficient",
-         "expect": {"kind": "training", "source": "optimizer", "count": 1},
-         "what": "needs 2 accelerators: the model is moved to device index `rank`"},
-        {"name": "Hugging Face generate() (tiny GPT-2 from a config)", "cwd": work,
-         "argv": [str(work / "hf_generate.py")], "needs": ["transformers"],
-         "expect": {"kind": "inference", "source": "module", "count": 12},
-         "what": "12 generate() calls of 16 new tokens each"},
+        {
+            "name": "dcgan --dataset fake",
+            "cwd": tree / "dcgan",
+            "argv": [
+                "main.py",
+                "--dataset",
+                "fake",
+                "--dry-run",
+                "--niter",
+                "1",
+                "--batchSize",
+                "8",
+                "--workers",
+                "0",
+                "--manualSeed",
+                "1",
+                "--outf",
+                str(work / "dcgan"),
+            ],
+            "needs": ["torchvision"],
+            "expect": {"kind": "training", "source": "optimizer", "count": 1},
+            "what": "one training cycle (--dry-run)",
+        },
+        {
+            "name": "dcgan --dataset fake (1 epoch)",
+            "cwd": tree / "dcgan",
+            "argv": [
+                "main.py",
+                "--dataset",
+                "fake",
+                "--niter",
+                "1",
+                "--batchSize",
+                "16",
+                "--workers",
+                "0",
+                "--manualSeed",
+                "1",
+                "--ngf",
+                "8",
+                "--ndf",
+                "8",
+                "--outf",
+                str(work / "dcgan"),
+            ],
+            "needs": ["torchvision"],
+            "expect": {"kind": "training", "source": "optimizer", "count": 63},
+            "what": "1 epoch of FakeData's 1,000 images in batches of 16 (8 filters, not 64: "
+            "CPU time): 63 iterations, each 3 backwards and 2 optimizer steps",
+        },
+        {
+            "name": "fast_neural_style eval (inference)",
+            "cwd": tree / "fast_neural_style",
+            "argv": [
+                "neural_style/neural_style.py",
+                "eval",
+                "--content-image",
+                str(work / "content.jpg"),
+                "--model",
+                str(work / "style.pth"),
+                "--output-image",
+                str(work / "styled.jpg"),
+            ],
+            "needs": ["torchvision"],
+            "prepare": "style",
+            "expect": {"kind": "inference", "source": "module", "count": 1},
+            "what": "one no_grad call of a TransformerNet of random weights on a 256x256 image",
+        },
+        {
+            "name": "distributed/ddp example.py (torchrun)",
+            "cwd": tree / "distributed" / "ddp",
+            "argv": ["-m", "torch.distributed.run", "--nproc_per_node=2", "example.py"],
+            "needs": [],
+            "skips": "Unable to locate sufficient",
+            "expect": {"kind": "training", "source": "optimizer", "count": 1},
+            "what": "needs 2 accelerators: the model is moved to device index `rank`",
+        },
+        {
+            "name": "Hugging Face generate() (tiny GPT-2 from a config)",
+            "cwd": work,
+            "argv": [str(work / "hf_generate.py")],
+            "needs": ["transformers"],
+            "expect": {"kind": "inference", "source": "module", "count": 12},
+            "what": "12 generate() calls of 16 new tokens each",
+        },
     ]
 
 
@@ -244,9 +380,15 @@ def _run(case: dict[str, Any], *, agent_dir: Path | None) -> dict[str, Any]:
     start = time.perf_counter()
     # SIGINT at its default (a shell's background job starts with it ignored), as a
     # terminal's user has it; both arms alike.
-    proc = subprocess.Popen(cmd, cwd=case["cwd"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = subprocess.Popen(
+        cmd,
+        cwd=case["cwd"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     after = case.get("interrupt_after_s")
     try:
         if after is not None:
@@ -270,8 +412,9 @@ def _analyze(agent_dir: Path) -> tuple[dict[str, Any], str]:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     args = [PY, "-m", "perfweb_recommender", "analyze", str(agent_dir)]
     text = subprocess.run(args, capture_output=True, text=True, env=env, timeout=TIMEOUT_S)
-    js = subprocess.run([*args, "--format", "json"], capture_output=True, text=True, env=env,
-                        timeout=TIMEOUT_S)
+    js = subprocess.run(
+        [*args, "--format", "json"], capture_output=True, text=True, env=env, timeout=TIMEOUT_S
+    )
     try:
         report = json.loads(js.stdout)
     except ValueError:
@@ -284,9 +427,12 @@ def _summary(report: dict[str, Any]) -> dict[str, Any]:
     cov = report.get("coverage") or {}
     findings = report.get("findings") or []
     return {
-        "kind": run.get("kind"), "steps_source": run.get("steps_source"),
+        "kind": run.get("kind"),
+        "steps_source": run.get("steps_source"),
         "counted": run.get("requests") if run.get("kind") == "inference" else run.get("steps"),
-        "ranks": run.get("ranks"), "traces": cov.get("traces"), "verdict": cov.get("verdict"),
+        "ranks": run.get("ranks"),
+        "traces": cov.get("traces"),
+        "verdict": cov.get("verdict"),
         "statement": cov.get("statement") or "",
         "top_findings": [f.get("id") or f.get("diagnosis_id") for f in findings[:3]],
     }
@@ -322,16 +468,29 @@ def bench(examples: Path, *, runs: int, only: set[str] | None) -> dict[str, Any]
             if only and not any(o in case["name"] for o in only):
                 continue
             if case.get("slow") and not only:
-                results.append({"name": case["name"], "what": case["what"], "status": "not run",
-                                "why": "minutes per LBFGS step on this CPU: `--only time_seq`"})
+                results.append(
+                    {
+                        "name": case["name"],
+                        "what": case["what"],
+                        "status": "not run",
+                        "why": "minutes per LBFGS step on this CPU: `--only time_seq`",
+                    }
+                )
                 continue
             results.append(_bench_case(case, work, runs=runs))
-            print(json.dumps({k: v for k, v in results[-1].items() if k != "report_text"}),
-                  flush=True)
-    return {"date": datetime.date.today().isoformat(), "examples_commit": _commit(examples),
-            "runs": runs, "load": os.getloadavg(), "cpus": os.cpu_count(),
-            "torch": _version("torch"), "torchvision": _version("torchvision"),
-            "scripts": results}
+            print(
+                json.dumps({k: v for k, v in results[-1].items() if k != "report_text"}), flush=True
+            )
+    return {
+        "date": datetime.date.today().isoformat(),
+        "examples_commit": _commit(examples),
+        "runs": runs,
+        "load": os.getloadavg(),
+        "cpus": os.cpu_count(),
+        "torch": _version("torch"),
+        "torchvision": _version("torchvision"),
+        "scripts": results,
+    }
 
 
 def _version(module: str) -> str | None:
@@ -342,16 +501,20 @@ def _version(module: str) -> str | None:
 
 
 def _bench_case(case: dict[str, Any], work: Path, *, runs: int) -> dict[str, Any]:
-    row: dict[str, Any] = {"name": case["name"], "what": case["what"],
-                           "argv": case["argv"]}
-    missing = [m for m in case["needs"] if importlib.util.find_spec(m) is None
-               or _version(m) is None]
+    row: dict[str, Any] = {"name": case["name"], "what": case["what"], "argv": case["argv"]}
+    missing = [
+        m for m in case["needs"] if importlib.util.find_spec(m) is None or _version(m) is None
+    ]
     if missing:
         return {**row, "status": "not run", "why": f"{', '.join(missing)} not importable here"}
     needs_file = case.get("needs_file")
     if needs_file and not needs_file.exists():
-        return {**row, "status": "not run", "why": f"needs {needs_file.name}, which the "
-                "word_language_model (train) case writes: `--only word_language_model`"}
+        return {
+            **row,
+            "status": "not run",
+            "why": f"needs {needs_file.name}, which the "
+            "word_language_model (train) case writes: `--only word_language_model`",
+        }
     _prepare(case, work)
     bare, attached, last_dir = [], [], None
     for i in range(runs):
@@ -364,24 +527,42 @@ def _bench_case(case: dict[str, Any], work: Path, *, runs: int) -> dict[str, Any
     summary = _summary(report)
     if case.get("skips") and case["skips"] in b["stdout"]:
         # The script did no torch work: what matters is that the agent did not call it healthy.
-        return {**row, "status": "not run", "why": "the script exits without 2 GPUs: "
-                f"{b['stdout'].strip().splitlines()[0][:100]} Agent coverage: {summary['verdict']}",
-                "rc_bare": b["rc"], "rc_attached": a["rc"], **summary}
+        return {
+            **row,
+            "status": "not run",
+            "why": "the script exits without 2 GPUs: "
+            f"{b['stdout'].strip().splitlines()[0][:100]} Agent coverage: {summary['verdict']}",
+            "rc_bare": b["rc"],
+            "rc_attached": a["rc"],
+            **summary,
+        }
     if b["rc"] != case["expect"].get("rc", 0):
-        return {**row, "status": "not run", "why": f"the bare run fails here (exit {b['rc']}: "
-                f"{b['stderr'].strip().splitlines()[-1][:160]})", "rc_bare": b["rc"],
-                "rc_attached": a["rc"], **summary}
+        return {
+            **row,
+            "status": "not run",
+            "why": f"the bare run fails here (exit {b['rc']}: "
+            f"{b['stderr'].strip().splitlines()[-1][:160]})",
+            "rc_bare": b["rc"],
+            "rc_attached": a["rc"],
+            **summary,
+        }
     actual = _actual_count(case, a["stdout"])
     bare_s = [r["wall_s"] for r in bare]
     att_s = [r["wall_s"] for r in attached]
     return {
-        **row, "status": "run", "rc_bare": b["rc"], "rc_attached": a["rc"],
+        **row,
+        "status": "run",
+        "rc_bare": b["rc"],
+        "rc_attached": a["rc"],
         "stdout_identical": all(_same_stdout(x["stdout"], b["stdout"], case) for x in attached),
-        "expected": {**case["expect"], "count": actual}, **summary,
+        "expected": {**case["expect"], "count": actual},
+        **summary,
         "count_right": actual is None or summary["counted"] == actual,
-        "wall_bare_s": _stats(bare_s), "wall_attached_s": _stats(att_s),
+        "wall_bare_s": _stats(bare_s),
+        "wall_attached_s": _stats(att_s),
         "overhead": statistics.median(att_s) / statistics.median(bare_s),
-        "stderr_tail_attached": a["stderr"][-600:], "report_text": text,
+        "stderr_tail_attached": a["stderr"][-600:],
+        "report_text": text,
     }
 
 

@@ -51,12 +51,14 @@ def train(
     steps: int,
     *,
     after_step: object = None,
+    min_seconds: float = MIN_SECONDS,
 ) -> float:
-    """SGD over `batches` (cycled) for at least `steps` steps and MIN_SECONDS; the last loss."""
+    """SGD over `batches` (cycled) for at least `steps` steps and `min_seconds`; the last
+    loss."""
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     loss_fn = nn.CrossEntropyLoss()
     step, loss = 0, torch.tensor(0.0)
-    deadline = time.monotonic() + MIN_SECONDS
+    deadline = time.monotonic() + min_seconds
 
     def done() -> bool:
         return step >= steps and time.monotonic() >= deadline

@@ -41,9 +41,12 @@ class SyntheticDataset(Dataset):
 def build_model(features: int, hidden: int) -> nn.Module:
     """A few fully connected layers."""
     return nn.Sequential(
-        nn.Linear(features, hidden), nn.ReLU(),
-        nn.Linear(hidden, hidden), nn.ReLU(),
-        nn.Linear(hidden, hidden), nn.ReLU(),
+        nn.Linear(features, hidden),
+        nn.ReLU(),
+        nn.Linear(hidden, hidden),
+        nn.ReLU(),
+        nn.Linear(hidden, hidden),
+        nn.ReLU(),
         nn.Linear(hidden, 1),
     )
 
@@ -77,7 +80,10 @@ def main() -> int:
     torch.manual_seed(0)
     dataset = SyntheticDataset(4096, 64, args.item_delay)
     loader = DataLoader(
-        dataset, batch_size=args.batch_size, shuffle=True, num_workers=args.workers,
+        dataset,
+        batch_size=args.batch_size,
+        shuffle=True,
+        num_workers=args.workers,
         persistent_workers=args.workers > 0,
     )
     model = build_model(64, args.hidden)

@@ -25,10 +25,12 @@ FEATURES, HIDDEN, CLASSES = 64, 256, 10
 def model() -> nn.Module:
     """A small MLP classifier."""
     return nn.Sequential(
-        nn.Linear(FEATURES, HIDDEN), nn.ReLU(),
-        nn.Linear(HIDDEN, HIDDEN), nn.ReLU(),
+        nn.Linear(FEATURES, HIDDEN),
+        nn.ReLU(),
+        nn.Linear(HIDDEN, HIDDEN),
+        nn.ReLU(),
         nn.Linear(HIDDEN, CLASSES),
-    )  # fmt: skip
+    )
 
 
 if __name__ == "__main__":

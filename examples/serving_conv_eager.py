@@ -19,12 +19,19 @@ from torch import nn
 def model() -> nn.Module:
     """Four 3x3 convolutions, pooling and a linear head."""
     return nn.Sequential(
-        nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(),
-        nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(64, 64, 3, padding=1), nn.ReLU(),
-        nn.Conv2d(64, 128, 3, padding=1), nn.ReLU(),
-        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(128, 10),
-    )  # fmt: skip
+        nn.Conv2d(3, 32, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(32, 64, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(64, 64, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(64, 128, 3, padding=1),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(128, 10),
+    )
 
 
 def request(index: int, device: str) -> torch.Tensor:

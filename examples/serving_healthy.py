@@ -24,10 +24,12 @@ if __name__ == "__main__":
     torch.manual_seed(0)
     torch.set_num_threads(1)
     fp32 = nn.Sequential(
-        nn.Linear(FEATURES, HIDDEN), nn.ReLU(),
-        nn.Linear(HIDDEN, HIDDEN), nn.ReLU(),
+        nn.Linear(FEATURES, HIDDEN),
+        nn.ReLU(),
+        nn.Linear(HIDDEN, HIDDEN),
+        nn.ReLU(),
         nn.Linear(HIDDEN, CLASSES),
-    ).eval()  # fmt: skip
+    ).eval()
     with warnings.catch_warnings():  # torch.ao's notice that torchao is its successor
         warnings.simplefilter("ignore")
         server = torch.ao.quantization.quantize_dynamic(fp32, {nn.Linear}, dtype=torch.qint8)

@@ -20,11 +20,14 @@ FEATURES, HIDDEN, CLASSES = 512, 2048, 10
 def model() -> nn.Module:
     """An MLP classifier whose parameters are all in nn.Linear."""
     return nn.Sequential(
-        nn.Linear(FEATURES, HIDDEN), nn.ReLU(),
-        nn.Linear(HIDDEN, HIDDEN), nn.ReLU(),
-        nn.Linear(HIDDEN, FEATURES), nn.ReLU(),
+        nn.Linear(FEATURES, HIDDEN),
+        nn.ReLU(),
+        nn.Linear(HIDDEN, HIDDEN),
+        nn.ReLU(),
+        nn.Linear(HIDDEN, FEATURES),
+        nn.ReLU(),
         nn.Linear(FEATURES, CLASSES),
-    )  # fmt: skip
+    )
 
 
 def request(index: int, rows: int) -> torch.Tensor:

@@ -4,12 +4,15 @@ DATABASE_URL   postgresql://user:pass@host:5432/name or sqlite:///path
                (default: SQLite file $PERFWEB_DATA_DIR/perfweb.sqlite3)
 REDIS_URL      Celery broker and results; unset: kombu's filesystem transport under the
                data directory, so the one-command mode needs no Redis
-SECRET_KEY     required unless DEBUG
+SECRET_KEY     required unless DEBUG (or for `manage.py migrate|bootstrap|createsuperuser|
+               changepassword`, which sign nothing and only write the database)
 ALLOWED_HOSTS  comma-separated (default: localhost,127.0.0.1 — and * under DEBUG)
 DEBUG          true/false (default false)
 PERFWEB_DATA_DIR    where SQLite, the embedded broker and beat's schedule live (default .data/)
 PERFWEB_LOST_AFTER  seconds of agent silence after which a running run is marked lost (120)
 PERFWEB_SWEEP_INTERVAL    seconds between beat's lost-run sweeps (30)
+PERFWEB_UNSENT_WAIT seconds the sweep spares a run whose agent said its finish waits on its
+                    host, to be replayed by the next agent there or `perf-agent upload` (86400)
 PERFWEB_COMPACT_INTERVAL  seconds between beat's chunk compactions (60)
 EMAIL_HOST, EMAIL_PORT, EMAIL_HOST_USER, EMAIL_HOST_PASSWORD, EMAIL_USE_TLS, EMAIL_USE_SSL,
 DEFAULT_FROM_EMAIL  the SMTP server for alert e-mails (default localhost:25, no auth)
@@ -46,8 +49,19 @@ DEBUG = env_bool("DEBUG", default=False)
 # A test run needs no secret; a server does (pytest-django loads these settings before any
 # conftest could set the variable).
 TESTING = "pytest" in sys.modules
+# The commands that set the database up sign nothing (no session, no CSRF token), so they run
+# from a plain shell: `manage.py bootstrap` is how a newcomer gets a token. Any server or worker
+# (gunicorn, runserver, celery) still fails at start without the secret. Left empty here,
+# Django itself refuses any later use of the key.
+DATABASE_COMMANDS = frozenset({"migrate", "bootstrap", "createsuperuser", "changepassword"})
+_DATABASE_COMMAND = (
+    Path(sys.argv[0]).name == "manage.py" and len(sys.argv) > 1 and sys.argv[1] in DATABASE_COMMANDS
+)
 SECRET_KEY = env_str(
-    "SECRET_KEY", default="insecure-debug-or-test-only-key" if DEBUG or TESTING else None
+    "SECRET_KEY",
+    default="insecure-debug-or-test-only-key"
+    if DEBUG or TESTING
+    else ("" if _DATABASE_COMMAND else None),
 )
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", default=["*"] if DEBUG else ["localhost", "127.0.0.1"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", default=[])
@@ -75,6 +89,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "perfweb.api.middleware.nul_guard",  # a NUL in a URL, form or cookie: 400, not a 500
     "django.middleware.security.SecurityMiddleware",
+    "perfweb.dashboard.csp.content_security_policy",  # scripts from this origin only
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -144,6 +159,7 @@ WHITENOISE_USE_FINDERS = True
 DATA_UPLOAD_MAX_MEMORY_SIZE = None
 
 PERFWEB_LOST_AFTER = env_seconds("PERFWEB_LOST_AFTER", default=120.0)
+PERFWEB_UNSENT_WAIT = env_seconds("PERFWEB_UNSENT_WAIT", default=86400.0)
 # Beat's intervals (PERFWEB_SWEEP_INTERVAL, PERFWEB_COMPACT_INTERVAL) are read in celery.py.
 
 # Alert e-mails (perfweb/alerts/channels): Django's SMTP backend, configured here.

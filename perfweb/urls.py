@@ -10,6 +10,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("", include("perfweb.fleet.urls")),  # /metrics (Prometheus)
     path("alerts/", include("perfweb.alerts.urls")),
+    path("projects/", include("perfweb.projects.urls")),  # tokens and members
     path("", include("perfweb.jobs.urls")),  # /jobs/..., /runs/<id>/jobs/
     path("", include("perfweb.dashboard.urls")),
 ]

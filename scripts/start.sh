@@ -30,6 +30,7 @@ cat <<MSG
   log in as demo / demo — a demo CPU training run is streaming into it.
   Attach your own script:  .venv/bin/perf-agent attach --server $PERF_AGENT_SERVER \\
                                --token $PERF_AGENT_TOKEN -- python train.py
+  More tokens, other projects, your team: http://127.0.0.1:$PERFWEB_PORT/projects/
   Ctrl-C stops everything.
 
 MSG
@@ -81,6 +82,14 @@ if [ -n "$demo_pid" ]; then
     for _ in $(seq 1 300); do running "$demo_pid" || break; sleep 0.1; done
     kill -KILL -- "-$demo_pid" 2>/dev/null || true  # anything of the demo's left after 30 s
     wait "$demo_pid" 2>/dev/null || true
+fi
+# The worker first, by its own pid: a warm shutdown that finishes its tasks and ends its pool
+# processes itself. honcho's stop signals each process group, so the pool processes would get
+# SIGTERM too and die mid-task ("ForkPoolWorker-1 exited with signal 15"), and a worker still
+# finishing after honcho's 5 s would be SIGKILLed. Tasks have time limits: this ends.
+worker_pid=$(cat "$PERFWEB_DATA_DIR/celery-worker.pid" 2>/dev/null || true)
+if [ -n "$worker_pid" ] && kill -TERM "$worker_pid" 2>/dev/null; then
+    for _ in $(seq 1 600); do running "$worker_pid" || break; sleep 0.1; done
 fi
 kill -TERM "$honcho_pid" 2>/dev/null || true
 wait "$honcho_pid" 2>/dev/null || true

@@ -18,6 +18,10 @@ from typing import Any
 import pytest
 
 PASSWORD = "correct horse battery staple"
+# The replay of operator fixes (perfweb_recommender.replay) starts a torch helper process
+# per diagnosis: off in the suite, whose figures are the rules' measured/prior estimates;
+# tests/recommender/test_replay.py turns it on where it is the subject.
+os.environ.setdefault("PERFWEB_REPLAY", "0")
 
 
 def _user(username: str) -> Any:
@@ -69,6 +73,19 @@ def other_token(other_project: Any) -> str:
     from perfweb.projects.services import token_create
 
     return token_create(project=other_project, label="tests")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _passwords_hash_fast(django_test_environment: None) -> None:
+    """Django's advice for test suites: a fast hasher. The default PBKDF2 takes 0.24 s of CPU
+    per password here (a million rounds), and the personas and their logins hash several a
+    test. Servers the tests start as processes keep the real hasher."""
+    from django.conf import settings
+    from django.contrib.auth import hashers
+
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    hashers.get_hashers.cache_clear()
+    hashers.get_hashers_by_algorithm.cache_clear()
 
 
 @pytest.fixture(autouse=True)
@@ -135,3 +152,63 @@ def browser() -> Iterator[Any]:
             yield launched
         finally:
             launched.close()
+
+
+# --- parallel runs (pytest-xdist, scripts/test.sh) ---------------------------------------
+# Chromium is cheap to start on each worker; the rest of the suite's module- and
+# session-scoped fixtures start servers, stacks or attached runs.
+CHEAP_SHARED_FIXTURES = {"browser", "screenshot_dir", "_passwords_hash_fast"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests that share an expensive fixture (module- or session-scoped: a server stack, an
+    attached run) go to one xdist worker, which builds it once; all others spread freely
+    (`--dist loadgroup`)."""
+    for item in items:
+        group = _shared_fixture_of(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
+def _shared_fixture_of(item: pytest.Item) -> str | None:
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return None
+    for name in info.names_closure:
+        if name in CHEAP_SHARED_FIXTURES or not info.name2fixturedefs.get(name):
+            continue
+        # the definition the test gets: the closest one (a module's fixture may override a
+        # conftest's of the same name, e.g. test_replay.py's `recorded`)
+        fixturedef = info.name2fixturedefs[name][-1]
+        if not _ours(fixturedef.baseid):
+            continue
+        if fixturedef.scope == "module":
+            # every module-scoped fixture lives once per module: its tests go together,
+            # whichever of its fixtures each test names first
+            return f"module:{item.nodeid.split('::')[0]}"
+        if fixturedef.scope == "session":  # a conftest's: one per worker
+            return f"{name}@{fixturedef.baseid}"
+    return None
+
+
+def _ours(baseid: str) -> bool:
+    return baseid.startswith("tests")
+
+
+# --- where the suite's time goes ----------------------------------------------------------
+# Summed over every test's setup, call and teardown, per folder of tests: on parallel workers
+# the sum is larger than the wall time, which the closing line gives.
+_SECONDS_PER_FOLDER: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    folder = "/".join(report.nodeid.split("::")[0].split("/")[:2])
+    _SECONDS_PER_FOLDER[folder] = _SECONDS_PER_FOLDER.get(folder, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if len(_SECONDS_PER_FOLDER) < 2:
+        return
+    terminalreporter.section("seconds per folder of tests (setup + call + teardown)")
+    for folder, seconds in sorted(_SECONDS_PER_FOLDER.items(), key=lambda item: -item[1]):
+        terminalreporter.write_line(f"{seconds:8.1f} s  {folder}")

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 HEALTHY_GAIN_MAX = 0.10  # a healthy run may show findings, none claiming this share of a step
+PHASE_SUM_ERROR_MAX = 0.05  # the step anatomy's phases sum to the step within this (median)
 
 
 @dataclass(frozen=True)
@@ -21,6 +22,9 @@ class Expectation:
     # its inputs are there (the outcome is then `inputs_only`, never `found_first`).
     needs_window_s: float | None = None
     busy: bool = False  # compute-heavy: NVML utilisation should reach BUSY_UTILIZATION_PCT
+    # model FLOP utilisation the run must reach (a matmul loop) or stay under (launch-bound)
+    mfu_min: float | None = None
+    mfu_max: float | None = None
 
 
 EXPECTATIONS: tuple[Expectation, ...] = (
@@ -33,11 +37,16 @@ EXPECTATIONS: tuple[Expectation, ...] = (
     ),
     Expectation("empty_cache", "memory.empty_cache_in_loop", "torch.cuda.empty_cache() per step"),
     Expectation("item_sync", "sync.host_device", "loss.item() every step"),
-    Expectation("launch_bound", "launch.overhead", "24 Linear(64) layers over batches of 4"),
+    Expectation(
+        "launch_bound", "launch.overhead", "24 Linear(64) layers over batches of 4", mfu_max=0.10
+    ),
     Expectation("input_bound", "dataloader.num_workers", "per-sample CPU work, num_workers=0"),
     Expectation("fp16_no_scaler", "precision.scaler_misuse", "fp16 autocast, GradScaler disabled"),
     Expectation("idle_held", "gpu.idle_memory_held", "4 GiB held while idle", needs_window_s=300.0),
     Expectation("healthy_bf16", None, "none: bf16 autocast, data on the GPU, no syncs", busy=True),
+    Expectation(
+        "bf16_matmul", None, "none: large bf16 matmuls, data on the GPU", busy=True, mfu_min=0.50
+    ),
 )
 BY_WORKLOAD = {e.workload: e for e in EXPECTATIONS}
 

@@ -50,8 +50,12 @@ def _parser() -> argparse.ArgumentParser:
         "--idle-seconds", type=float, help="idle_held's idle time (default 20; 310 proves the rule)"
     )
     parser.add_argument("--skip", default="", help=f"stages to skip, of {','.join(STAGES)}")
-    parser.add_argument("--wheels", type=Path, default=wheels.DEFAULT_DIR,
-                        help="folder of the recommender's wheels (bench/gpu/wheels)")  # fmt: skip
+    parser.add_argument(
+        "--wheels",
+        type=Path,
+        default=wheels.DEFAULT_DIR,
+        help="folder of the recommender's wheels (bench/gpu/wheels)",
+    )
     return parser
 
 
@@ -130,7 +134,7 @@ def run_kit(args: argparse.Namespace) -> dict[str, Any]:
             "budget_s": args.budget_s,
             "work": str(work),
             "argv": sys.argv[1:],
-        },  # fmt: skip
+        },
         "recommender": cfg.recommender,
         "probe": stages.probe(cfg, budget),
         "workloads": {},

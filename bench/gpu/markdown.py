@@ -59,15 +59,25 @@ def _planted(workloads: dict[str, Any]) -> list[str]:
         exp = diag.get("expected") or {}
         top = (diag.get("analysis") or {}).get("findings") or []
         first = f"{top[0]['id']} ({_num(top[0].get('score'), 3)})" if top else "–"
-        rows.append([
-            name, exp.get("plant", "–"), f"`{exp.get('finding')}`",
-            MARK.get(str(exp.get("outcome")), "?"),
-            str(exp.get("rank") or "–"), first, diag.get("status", "?"),
-            str(exp.get("detail") or diag.get("error") or ""),
-        ])  # fmt: skip
-    return ["## Planted causes", ""] + table(
-        ["workload", "plant", "expected", "outcome", "rank", "top (score)", "run", "note"], rows
-    ) + [""]  # fmt: skip
+        rows.append(
+            [
+                name,
+                exp.get("plant", "–"),
+                f"`{exp.get('finding')}`",
+                MARK.get(str(exp.get("outcome")), "?"),
+                str(exp.get("rank") or "–"),
+                first,
+                diag.get("status", "?"),
+                str(exp.get("detail") or diag.get("error") or ""),
+            ]
+        )
+    return (
+        ["## Planted causes", ""]
+        + table(
+            ["workload", "plant", "expected", "outcome", "rank", "top (score)", "run", "note"], rows
+        )
+        + [""]
+    )
 
 
 def _nvml(workloads: dict[str, Any]) -> list[str]:
@@ -83,17 +93,35 @@ def _nvml(workloads: dict[str, Any]) -> list[str]:
             failed = [
                 c["name"] + ": " + c["detail"] for c in dev.get("checks", []) if c["ok"] is False
             ]
-            rows.append([
-                name, key, str(util.get("count", 0)),
-                "/".join(_num(util.get(k), 0) for k in ("min", "median", "max")),
-                _num(mem.get("max"), 1, 1 / GIB), _num((s.get("gpu.power") or {}).get("max"), 0),
-                _num((s.get("gpu.sm_clock") or {}).get("median"), 0),
-                "; ".join(failed) or "all plausible",
-            ])  # fmt: skip
-    return ["## NVML series", ""] + table(
-        ["workload", "device", "samples", "util % min/med/max", "mem used max GiB",
-         "power max W", "SM clock med MHz", "checks"], rows,
-    ) + [""]  # fmt: skip
+            rows.append(
+                [
+                    name,
+                    key,
+                    str(util.get("count", 0)),
+                    "/".join(_num(util.get(k), 0) for k in ("min", "median", "max")),
+                    _num(mem.get("max"), 1, 1 / GIB),
+                    _num((s.get("gpu.power") or {}).get("max"), 0),
+                    _num((s.get("gpu.sm_clock") or {}).get("median"), 0),
+                    "; ".join(failed) or "all plausible",
+                ]
+            )
+    return (
+        ["## NVML series", ""]
+        + table(
+            [
+                "workload",
+                "device",
+                "samples",
+                "util % min/med/max",
+                "mem used max GiB",
+                "power max W",
+                "SM clock med MHz",
+                "checks",
+            ],
+            rows,
+        )
+        + [""]
+    )
 
 
 def _classification(workloads: dict[str, Any]) -> list[str]:
@@ -102,16 +130,37 @@ def _classification(workloads: dict[str, Any]) -> list[str]:
         for rank, tr in ((diag.get("analysis") or {}).get("ranks") or {}).items():
             t, tc = tr.get("temporal_breakdown") or {}, tr.get("tensor_cores") or {}
             memcpy = ", ".join(sorted((tr.get("memcpy") or {}).keys())) or "–"
-            rows.append([
-                f"{name} #{rank}", _num(t.get("idle_pct")), _num(t.get("compute_pct")),
-                _num(t.get("non_compute_pct")), _num(tc.get("dense_math_share"), 2),
-                _num(tc.get("tensor_core_share"), 2), _num(tc.get("fp32_simt_share"), 2),
-                _num((tr.get("launch") or {}).get("short_kernel_share"), 2), memcpy,
-            ])  # fmt: skip
-    lines = ["## Trace classification (profiler window)", ""] + table(
-        ["trace", "idle %", "compute %", "non-compute %", "dense math", "tensor core",
-         "fp32 SIMT", "short kernels", "memcpy kinds"], rows,
-    ) + [""]  # fmt: skip
+            rows.append(
+                [
+                    f"{name} #{rank}",
+                    _num(t.get("idle_pct")),
+                    _num(t.get("compute_pct")),
+                    _num(t.get("non_compute_pct")),
+                    _num(tc.get("dense_math_share"), 2),
+                    _num(tc.get("tensor_core_share"), 2),
+                    _num(tc.get("fp32_simt_share"), 2),
+                    _num((tr.get("launch") or {}).get("short_kernel_share"), 2),
+                    memcpy,
+                ]
+            )
+    lines = (
+        ["## Trace classification (profiler window)", ""]
+        + table(
+            [
+                "trace",
+                "idle %",
+                "compute %",
+                "non-compute %",
+                "dense math",
+                "tensor core",
+                "fp32 SIMT",
+                "short kernels",
+                "memcpy kinds",
+            ],
+            rows,
+        )
+        + [""]
+    )
     for name in CLASSIFICATION_WORKLOADS:
         traces = ((workloads.get(name) or {}).get("kernels") or {}).get("traces") or {}
         for trace, kernels in list(traces.items())[:1]:
@@ -119,8 +168,10 @@ def _classification(workloads: dict[str, Any]) -> list[str]:
             lines.append("")
             for k in kernels[:4]:
                 flags = [f for f in ("dense_math", "tensor_core", "fp32_simt") if k.get(f)]
-                lines.append(f"- {_num(k.get('us'), 0)} µs × {k.get('count')}: `{k['name'][:90]}` "
-                             f"→ {', '.join(flags) or 'other'}")  # fmt: skip
+                lines.append(
+                    f"- {_num(k.get('us'), 0)} µs × {k.get('count')}: `{k['name'][:90]}` "
+                    f"→ {', '.join(flags) or 'other'}"
+                )
             lines.append("")
     return lines
 
@@ -131,12 +182,19 @@ def _overhead(report: dict[str, Any]) -> list[str]:
     if over.get("status") != "ok":
         return lines + [f"{over.get('status', 'not run')}: {over.get('error', '')}", ""]
     rows = [
-        [mode, str(r.get("runs")), _spread(r.get("step_ms")), _spread(r.get("ratio"), 4),
-         f"{r['overhead_pct']:+.2f}%" if "overhead_pct" in r else "–"]
+        [
+            mode,
+            str(r.get("runs")),
+            _spread(r.get("step_ms")),
+            _spread(r.get("ratio"), 4),
+            f"{r['overhead_pct']:+.2f}%" if "overhead_pct" in r else "–",
+        ]
         for mode, r in over.get("modes", {}).items()
-    ]  # fmt: skip
-    lines += table(["mode", "runs", "median step ms (min–max)", "ratio to baseline (min–max)",
-                    "overhead"], rows) + [""]  # fmt: skip
+    ]
+    lines += table(
+        ["mode", "runs", "median step ms (min–max)", "ratio to baseline (min–max)", "overhead"],
+        rows,
+    ) + [""]
     window = over.get("profiler_window")
     if window:
         lines.append(
@@ -153,27 +211,60 @@ def _ab(report: dict[str, Any]) -> list[str]:
     rows = []
     for row in report.get("ab") or []:
         if row.get("status") != "ok":
-            rows.append([f"`{row.get('knob')}`", row.get("workload", "–"), row.get("status", "?"),
-                         "–", "–", "–", "–", str(row.get("error", ""))])  # fmt: skip
+            rows.append(
+                [
+                    f"`{row.get('knob')}`",
+                    row.get("workload", "–"),
+                    row.get("status", "?"),
+                    "–",
+                    "–",
+                    "–",
+                    "–",
+                    str(row.get("error", "")),
+                ]
+            )
             continue
         parity = row.get("loss_parity") or {}
-        rows.append([
-            f"`{row['knob']}`", row["workload"], str(row.get("verdict")), f"{row['speedup']:.2f}×",
-            f"{_num(row.get('ci_low'), 2)}–{_num(row.get('ci_high'), 2)}×",
-            _num(row.get("baseline_step_s"), 2, 1e3), _num(row.get("candidate_step_s"), 2, 1e3),
-            "within" if parity.get("within_tolerance") else str(parity.get("visible", "–")),
-        ])  # fmt: skip
-    return ["## A/B (`perf-agent ab`)", ""] + table(
-        ["knob", "workload", "verdict", "speed-up", "95% CI", "baseline ms/step",
-         "candidate ms/step", "loss parity"], rows,
-    ) + [""]  # fmt: skip
+        rows.append(
+            [
+                f"`{row['knob']}`",
+                row["workload"],
+                str(row.get("verdict")),
+                f"{row['speedup']:.2f}×",
+                f"{_num(row.get('ci_low'), 2)}–{_num(row.get('ci_high'), 2)}×",
+                _num(row.get("baseline_step_s"), 2, 1e3),
+                _num(row.get("candidate_step_s"), 2, 1e3),
+                "within" if parity.get("within_tolerance") else str(parity.get("visible", "–")),
+            ]
+        )
+    return (
+        ["## A/B (`perf-agent ab`)", ""]
+        + table(
+            [
+                "knob",
+                "workload",
+                "verdict",
+                "speed-up",
+                "95% CI",
+                "baseline ms/step",
+                "candidate ms/step",
+                "loss parity",
+            ],
+            rows,
+        )
+        + [""]
+    )
 
 
 def render_markdown(report: dict[str, Any]) -> str:
     """The whole summary."""
     workloads = report.get("workloads") or {}
     parts = (
-        _heading(report) + _planted(workloads) + _nvml(workloads) + _classification(workloads)
-        + _overhead(report) + _ab(report)
-    )  # fmt: skip
+        _heading(report)
+        + _planted(workloads)
+        + _nvml(workloads)
+        + _classification(workloads)
+        + _overhead(report)
+        + _ab(report)
+    )
     return "\n".join(parts).rstrip() + "\n"

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-IDLE_UTILIZATION_PCT = 1.0  # the rule's "about 0%" (recommender/rules/gpu.py)
+IDLE_UTILIZATION_PCT = 1.0  # the rule's "about 0%" (recommender/perfweb_recommender/rules/gpu.py)
 BUSY_UTILIZATION_PCT = 50.0  # a compute-heavy workload should reach this at least once
 MIN_SAMPLE_SHARE = 0.5  # samples expected: at least this share of duration / interval
 CLOCK_MHZ = (100.0, 4000.0)
@@ -149,11 +149,12 @@ def device_checks(
         peak = max(process.v)
         checks.append(
             _check(
-                "gpu.process_memory", peak > 0 if holds_memory else None,
+                "gpu.process_memory",
+                peak > 0 if holds_memory else None,
                 f"peak {peak / GIB:.2f} GiB held by this job's processes"
                 + ("" if peak > 0 else " (0: NVML does not see the job's PIDs; container?)"),
             )
-        )  # fmt: skip
+        )
     checks.append(_energy(series))
     if gpm_supported is False:
         checks.append(_check("gpm", None, "GPM not supported on this GPU"))
@@ -181,9 +182,14 @@ def check_offline(
     for key, metrics in sorted(series.items()):
         device = by_key.get(key, {})
         checks = device_checks(
-            metrics, device, duration_s=duration_s, interval_s=interval_s, busy=busy,
-            gpm_supported=gpm_supported, holds_memory=holds_memory,
-        )  # fmt: skip
+            metrics,
+            device,
+            duration_s=duration_s,
+            interval_s=interval_s,
+            busy=busy,
+            gpm_supported=gpm_supported,
+            holds_memory=holds_memory,
+        )
         utilization = metrics.get("gpu.utilization")
         memory = metrics.get("gpu.process_memory") or metrics.get("gpu.memory_used")
         result["devices"][key] = {

@@ -92,9 +92,11 @@ def summarise_overhead(runs: list[dict[str, Any]], *, window: tuple[int, int]) -
             row["overhead_pct"] = round((statistics.median(paired) - 1) * 100, 2)
         modes[mode] = row
     costs = [
-        c for run in runs if run["mode"] == "profiler"
+        c
+        for run in runs
+        if run["mode"] == "profiler"
         if (c := window_cost(run["step_s"], window)) is not None
-    ]  # fmt: skip
+    ]
     profiler = None
     if costs:
         profiler = {

@@ -53,10 +53,14 @@ def run(
     started = time.monotonic()
     with open(log, "wb") as output, open(stdout or os.devnull, "wb") as out:
         child = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=out if stdout else output,
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=out if stdout else output,
             stderr=output,
-            env=dict(env) if env is not None else None, cwd=cwd, start_new_session=True,
-        )  # fmt: skip
+            env=dict(env) if env is not None else None,
+            cwd=cwd,
+            start_new_session=True,
+        )
         try:
             code: int | None = child.wait(timeout=max(1.0, timeout_s))
         except subprocess.TimeoutExpired:

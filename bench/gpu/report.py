@@ -12,7 +12,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bench.gpu.expectations import BY_WORKLOAD, HEALTHY_GAIN_MAX, Expectation
+from bench.gpu.expectations import (
+    BY_WORKLOAD,
+    HEALTHY_GAIN_MAX,
+    PHASE_SUM_ERROR_MAX,
+    Expectation,
+)
 
 SCHEMA = "perfweb.gpu-check/1"
 OUTCOMES = (
@@ -35,7 +40,7 @@ def outcome(expectation: Expectation, diag: dict[str, Any]) -> dict[str, Any]:
         return {**base, "outcome": "not_analysed", "detail": analysis.get("error")}
     # Findings of the `system` class are about the host (contention from other work,
     # throttling), not the workload's planted cause: recorded, but not ranked against it.
-    every = analysis.get("findings") or []
+    every = (analysis.get("findings") or []) + (analysis.get("host_conditions") or [])
     findings = [f for f in every if f.get("risk") != "system"]
     ids = [f["id"] for f in findings]
     top = ids[0] if ids else None
@@ -45,8 +50,11 @@ def outcome(expectation: Expectation, diag: dict[str, Any]) -> dict[str, Any]:
         base["host_findings"] = host
     if expectation.finding is None:
         big = [f["id"] for f in findings if (f.get("estimated_gain") or 0) >= HEALTHY_GAIN_MAX]
-        return {**base, "outcome": "false_alarm" if big else "clean",
-                "detail": f"findings claiming >= {HEALTHY_GAIN_MAX:.0%}: {big}"}  # fmt: skip
+        return {
+            **base,
+            "outcome": "false_alarm" if big else "clean",
+            "detail": f"findings claiming >= {HEALTHY_GAIN_MAX:.0%}: {big}",
+        }
     if expectation.finding in ids:
         rank = ids.index(expectation.finding) + 1
         return {**base, "outcome": "found_first" if rank == 1 else "found_lower", "rank": rank}
@@ -62,8 +70,11 @@ def _inputs_only(expectation: Expectation, diag: dict[str, Any]) -> dict[str, An
     held = max((d.get("memory_held_max") or 0.0 for d in devices.values()), default=0.0)
     needed = float(expectation.needs_window_s or 0.0)
     if idle >= needed:
-        return {"outcome": "missed", "rank": None,
-                "detail": f"idle {idle:.0f} s >= {needed:.0f} s and still not found"}  # fmt: skip
+        return {
+            "outcome": "missed",
+            "rank": None,
+            "detail": f"idle {idle:.0f} s >= {needed:.0f} s and still not found",
+        }
     return {
         "outcome": "inputs_only",
         "rank": None,
@@ -73,13 +84,48 @@ def _inputs_only(expectation: Expectation, diag: dict[str, Any]) -> dict[str, An
     }
 
 
+def anatomy_check(expectation: Expectation, diag: dict[str, Any]) -> dict[str, Any]:
+    """The step anatomy and MFU of one workload's analysis: the phases sum to the step
+    (PHASE_SUM_ERROR_MAX), and the MFU within the workload's bounds where it has them."""
+    run = (diag.get("analysis") or {}).get("run") or {}
+    anatomy, compute = run.get("anatomy") or {}, run.get("compute") or {}
+    if not anatomy:
+        return {"ok": False, "detail": "no step anatomy in the analysis"}
+    error = float(anatomy.get("sum_error") or 0.0)
+    mfu = compute.get("mfu")
+    problems = []
+    if error > PHASE_SUM_ERROR_MAX:
+        problems.append(f"phases sum to the step within {error:.1%} > {PHASE_SUM_ERROR_MAX:.0%}")
+    bounded = expectation.mfu_min is not None or expectation.mfu_max is not None
+    if bounded and mfu is None:
+        problems.append(f"no MFU: {compute.get('reason') or 'not in the analysis'}")
+    elif mfu is not None and expectation.mfu_min is not None and mfu < expectation.mfu_min:
+        problems.append(f"MFU {mfu:.1%} < {expectation.mfu_min:.0%}")
+    elif mfu is not None and expectation.mfu_max is not None and mfu > expectation.mfu_max:
+        problems.append(f"MFU {mfu:.1%} > {expectation.mfu_max:.0%}")
+    return {
+        "ok": not problems,
+        "sum_error": error,
+        "largest": anatomy.get("largest"),
+        "shares": anatomy.get("shares"),
+        "mfu": mfu,
+        "peak_source": compute.get("peak_source"),
+        "detail": "; ".join(problems),
+    }
+
+
 def build_report(raw: dict[str, Any]) -> dict[str, Any]:
     """The report: the raw stage results plus each workload's outcome and a summary."""
     report = {**raw, "schema": SCHEMA}
     workloads = {}
     for name, diag in (raw.get("workloads") or {}).items():
         expectation = BY_WORKLOAD.get(name)
-        workloads[name] = {**diag, "expected": outcome(expectation, diag)} if expectation else diag
+        if expectation is None:
+            workloads[name] = diag
+            continue
+        workloads[name] = {**diag, "expected": outcome(expectation, diag)}
+        if (diag.get("analysis") or {}).get("status") == "ok":
+            workloads[name]["anatomy_check"] = anatomy_check(expectation, diag)
     report["workloads"] = workloads
     report["summary"] = summary(workloads, raw)
     return report
@@ -95,6 +141,7 @@ def summary(workloads: dict[str, Any], raw: dict[str, Any]) -> dict[str, Any]:
         if diag.get("status") == "failed":
             failed.append(name)
     nvml = [d.get("nvml") or {} for d in workloads.values() if d.get("status") != "skipped"]
+    checks = [d["anatomy_check"] for d in workloads.values() if "anatomy_check" in d]
     modes = (raw.get("overhead") or {}).get("modes") or {}
     return {
         "outcomes": counts,
@@ -102,6 +149,8 @@ def summary(workloads: dict[str, Any], raw: dict[str, Any]) -> dict[str, Any]:
         "nvml_ok": sum(1 for n in nvml if n.get("present") and n.get("ok")),
         "nvml_checked": len(nvml),
         "overhead_pct": {m: r.get("overhead_pct") for m, r in modes.items() if "overhead_pct" in r},
+        "anatomy_ok": sum(bool(check.get("ok")) for check in checks),
+        "anatomy_checked": len(checks),
         "ab": {a.get("knob"): a.get("verdict") for a in raw.get("ab") or []},
     }
 

@@ -18,7 +18,7 @@ from bench.gpu import procs
 from bench.gpu.expectations import AbPair, Expectation
 from bench.gpu.nvml_check import check_offline
 from bench.gpu.overhead import MODES, run_order, summarise_overhead, window_of
-from bench.gpu.wheels import import_names, recommender_env
+from bench.gpu.wheels import package_paths, recommender_env
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -75,17 +75,28 @@ class Config:
         """Tiny everything: a few steps of each workload, one overhead round and two A/B
         rounds (the fewest an interval needs)."""
         return cls(
-            device=device, smoke=True, work=work, startup_s=4.0, min_steps=8, min_seconds=0.0,
-            max_seconds=20.0, idle_seconds=0.5, profile_warmup_steps=3, overhead_rounds=1,
-            overhead_steps=30, ab_rounds=2, ab_steps=3, ab_warmup=1,
-        )  # fmt: skip
+            device=device,
+            smoke=True,
+            work=work,
+            startup_s=4.0,
+            min_steps=8,
+            min_seconds=0.0,
+            max_seconds=20.0,
+            idle_seconds=0.5,
+            profile_warmup_steps=3,
+            overhead_rounds=1,
+            overhead_steps=30,
+            ab_rounds=2,
+            ab_steps=3,
+            ab_warmup=1,
+        )
 
 
 def base_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """The caller's environment without agent settings, with the repo importable
     by its import names (nothing is installed on the GPU machine)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PERF_AGENT_")}
-    paths = (str(import_names(REPO)), str(REPO), env.get("PYTHONPATH"))
+    paths = (*package_paths(REPO), env.get("PYTHONPATH"))
     env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
     env["PYTHONUNBUFFERED"] = "1"
     env.update(extra or {})
@@ -102,12 +113,21 @@ def workload_argv(cfg: Config, name: str, **bounds: float | Path) -> list[str]:
     return argv
 
 
-def attach_argv(cfg: Config, offline: Path, *, name: str, interval: float | None = None,
-                profile: bool = True) -> list[str]:  # fmt: skip
+def attach_argv(
+    cfg: Config, offline: Path, *, name: str, interval: float | None = None, profile: bool = True
+) -> list[str]:
     """`perf-agent attach --offline` (through `python -m perfweb_agent.cli.main`: nothing
     installed)."""
-    argv = [cfg.python, "-m", "perfweb_agent.cli.main", "attach", "--offline", str(offline),
-            "--name", name]
+    argv = [
+        cfg.python,
+        "-m",
+        "perfweb_agent.cli.main",
+        "attach",
+        "--offline",
+        str(offline),
+        "--name",
+        name,
+    ]
     if interval is not None:
         argv += ["--interval", str(interval)]
     if not profile:
@@ -177,9 +197,12 @@ def probe(cfg: Config, budget: Budget) -> dict[str, Any]:
     so the kit itself never initialises CUDA)."""
     out = cfg.work / "probe.json"
     ran = procs.run(
-        [cfg.python, "-c", PROBE], log=cfg.work / "probe.log", stdout=out,
-        timeout_s=budget.timeout(60.0), env=base_env(),
-    )  # fmt: skip
+        [cfg.python, "-c", PROBE],
+        log=cfg.work / "probe.log",
+        stdout=out,
+        timeout_s=budget.timeout(60.0),
+        env=base_env(),
+    )
     info = _read_json(out) if ran.ok else None
     if info is None:
         return {"status": "failed", "error": ran.why(), "wall_s": round(ran.wall_s, 2)}
@@ -204,18 +227,27 @@ def diagnose(cfg: Config, budget: Budget, expectation: Expectation) -> dict[str,
         return skipped(f"time budget: {budget.left():.0f} s left, needs ~{cost:.0f} s")
     folder = cfg.work / name
     offline, result_path = folder / "offline", folder / "result.json"
-    env = base_env({
-        "PERF_AGENT_PROFILE_WARMUP_STEPS": str(cfg.profile_warmup_steps),
-        "PERF_AGENT_PROFILE_STEPS": "5",
-    })  # fmt: skip
+    env = base_env(
+        {
+            "PERF_AGENT_PROFILE_WARMUP_STEPS": str(cfg.profile_warmup_steps),
+            "PERF_AGENT_PROFILE_STEPS": "5",
+        }
+    )
     argv = attach_argv(cfg, offline, name=name, interval=1.0) + workload_argv(
-        cfg, name, min_steps=cfg.min_steps, min_seconds=cfg.min_seconds,
-        max_seconds=cfg.max_seconds, idle_seconds=idle or cfg.idle_seconds, result=result_path,
-    )  # fmt: skip
+        cfg,
+        name,
+        min_steps=cfg.min_steps,
+        min_seconds=cfg.min_seconds,
+        max_seconds=cfg.max_seconds,
+        idle_seconds=idle or cfg.idle_seconds,
+        result=result_path,
+    )
     ran = procs.run(
-        argv, log=folder / "run.log", env=env,
+        argv,
+        log=folder / "run.log",
+        env=env,
         timeout_s=budget.timeout(cfg.startup_s + cfg.max_seconds + idle + 30.0),
-    )  # fmt: skip
+    )
     report: dict[str, Any] = {
         "status": "ok" if ran.ok else "failed",
         "wall_s": round(ran.wall_s, 2),
@@ -225,9 +257,11 @@ def diagnose(cfg: Config, budget: Budget, expectation: Expectation) -> dict[str,
     report["workload"] = _workload_summary(_read_json(result_path))
     duration = (report["workload"] or {}).get("wall_s") or ran.wall_s
     report["nvml"] = check_offline(
-        offline, duration_s=float(duration), busy=expectation.busy,
+        offline,
+        duration_s=float(duration),
+        busy=expectation.busy,
         gpm_supported=cfg.gpm_supported,
-    )  # fmt: skip
+    )
     report["analysis"] = analyse(cfg, budget, offline, folder)
     kernels = [
         (rank.get("launch") or {}).get("kernels") or 0
@@ -264,9 +298,11 @@ def analyse(cfg: Config, budget: Budget, offline: Path, folder: Path) -> dict[st
     out = folder / "analysis.json"
     ran = procs.run(
         [cfg.python, "-m", "perfweb_recommender", "analyze", str(offline), "--format", "json"],
-        log=folder / "analysis.log", stdout=out, timeout_s=budget.timeout(ANALYSIS_S),
+        log=folder / "analysis.log",
+        stdout=out,
+        timeout_s=budget.timeout(ANALYSIS_S),
         env=recommender_env(cfg.recommender.get("site"), REPO),
-    )  # fmt: skip
+    )
     body = _read_json(out) if ran.ok else None
     if body is None:
         return {"status": "failed", "error": ran.why()}
@@ -295,8 +331,12 @@ def compact_analysis(body: dict[str, Any]) -> dict[str, Any]:
             "sync_points": rank.get("sync_points"),
             "allocator": rank.get("allocator"),
         }
-    return {"findings": findings, "run": body.get("run") or {}, "ranks": ranks,
-            "notes": body.get("notes") or []}  # fmt: skip
+    return {
+        "findings": findings,
+        "run": body.get("run") or {},
+        "ranks": ranks,
+        "notes": body.get("notes") or [],
+    }
 
 
 def top_kernels(cfg: Config, budget: Budget, offline: Path, folder: Path) -> dict[str, Any]:
@@ -305,10 +345,12 @@ def top_kernels(cfg: Config, budget: Budget, offline: Path, folder: Path) -> dic
         return skipped("no trace" if cfg.recommender.get("ok") else "recommender unavailable")
     out = folder / "kernels.json"
     ran = procs.run(
-        [cfg.python, "-m", "bench.gpu.kernels", str(offline)], log=folder / "kernels.log",
-        stdout=out, timeout_s=budget.timeout(ANALYSIS_S),
+        [cfg.python, "-m", "bench.gpu.kernels", str(offline)],
+        log=folder / "kernels.log",
+        stdout=out,
+        timeout_s=budget.timeout(ANALYSIS_S),
         env=recommender_env(cfg.recommender.get("site"), REPO),
-    )  # fmt: skip
+    )
     body = _read_json(out) if ran.ok else None
     if body is None:
         return {"status": "failed", "error": ran.why()}
@@ -347,20 +389,35 @@ def _overhead_run(cfg: Config, budget: Budget, mode: str, number: int, warm: int
     folder = cfg.work / "overhead" / f"{number}-{mode}"
     result_path = folder / "result.json"
     workload = workload_argv(
-        cfg, "healthy_bf16", min_steps=cfg.overhead_steps, max_steps=cfg.overhead_steps,
-        min_seconds=0, max_seconds=cfg.max_seconds, result=result_path,
-    )  # fmt: skip
+        cfg,
+        "healthy_bf16",
+        min_steps=cfg.overhead_steps,
+        max_steps=cfg.overhead_steps,
+        min_seconds=0,
+        max_seconds=cfg.max_seconds,
+        result=result_path,
+    )
     settings = MODES[mode]
     env = base_env()
     argv = workload
     if settings is not None:
-        argv = attach_argv(
-            cfg, folder / "offline", name=f"overhead-{mode}", interval=settings.interval,
-            profile=settings.profile,
-        ) + workload  # fmt: skip
+        argv = (
+            attach_argv(
+                cfg,
+                folder / "offline",
+                name=f"overhead-{mode}",
+                interval=settings.interval,
+                profile=settings.profile,
+            )
+            + workload
+        )
         env.update(PERF_AGENT_PROFILE_WARMUP_STEPS=str(warm), PERF_AGENT_PROFILE_STEPS="5")
-    ran = procs.run(argv, log=folder / "run.log", env=env,
-                    timeout_s=budget.timeout(cfg.startup_s + cfg.max_seconds + 20.0))  # fmt: skip
+    ran = procs.run(
+        argv,
+        log=folder / "run.log",
+        env=env,
+        timeout_s=budget.timeout(cfg.startup_s + cfg.max_seconds + 20.0),
+    )
     result = _read_json(result_path) if ran.ok else None
     if result is None:
         return {"error": f"{mode} round {number + 1}: {ran.why()}"}
@@ -384,23 +441,57 @@ def ab(cfg: Config, budget: Budget, pair: AbPair) -> dict[str, Any]:
     # The engine adds rounds while its interval is too wide to decide; the kit's time budget
     # is fixed, so it asks for exactly its rounds (an undecided result says inconclusive).
     argv = [
-        cfg.python, "-m", "perfweb_agent.cli.main", "ab", "--knob", pair.knob, "--rounds",
-            str(cfg.ab_rounds),
-        "--max-rounds", str(cfg.ab_rounds), "--time-budget", f"{cost:.0f}",
-        "--steps", str(cfg.ab_steps), "--warmup", str(cfg.ab_warmup), "--format", "json",
-        "--quiet", "--",
-        *workload_argv(cfg, pair.workload, min_steps=cfg.ab_steps + cfg.ab_warmup + 1000,
-                       min_seconds=0, max_seconds=cfg.max_seconds),
-    ]  # fmt: skip
-    ran = procs.run(argv, log=folder / "ab.log", stdout=out, env=base_env(),
-                    timeout_s=budget.timeout(cost * 2 + 30.0))  # fmt: skip
+        cfg.python,
+        "-m",
+        "perfweb_agent.cli.main",
+        "ab",
+        "--knob",
+        pair.knob,
+        "--rounds",
+        str(cfg.ab_rounds),
+        "--max-rounds",
+        str(cfg.ab_rounds),
+        "--time-budget",
+        f"{cost:.0f}",
+        "--steps",
+        str(cfg.ab_steps),
+        "--warmup",
+        str(cfg.ab_warmup),
+        "--format",
+        "json",
+        "--quiet",
+        "--",
+        *workload_argv(
+            cfg,
+            pair.workload,
+            min_steps=cfg.ab_steps + cfg.ab_warmup + 1000,
+            min_seconds=0,
+            max_seconds=cfg.max_seconds,
+        ),
+    ]
+    ran = procs.run(
+        argv,
+        log=folder / "ab.log",
+        stdout=out,
+        env=base_env(),
+        timeout_s=budget.timeout(cost * 2 + 30.0),
+    )
     body = _read_json(out) if ran.ok else None
     if body is None:
         return {"status": "failed", "error": ran.why(), **base}
     keys = (
-        "speedup", "ci_low", "ci_high", "verdict", "baseline_step_s", "candidate_step_s",
-        "baseline_median_s", "candidate_median_s", "rounds", "steps_per_arm", "loss_parity",
-    )  # fmt: skip
+        "speedup",
+        "ci_low",
+        "ci_high",
+        "verdict",
+        "baseline_step_s",
+        "candidate_step_s",
+        "baseline_median_s",
+        "candidate_median_s",
+        "rounds",
+        "steps_per_arm",
+        "loss_parity",
+    )
     return {
         "status": "ok",
         **base,

@@ -65,9 +65,20 @@ def prepare(*, folder: Path = DEFAULT_DIR, target: Path) -> dict[str, Any]:
         return status
     target.mkdir(parents=True, exist_ok=True)
     pip = [
-        sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
-        "--no-cache-dir", "--upgrade", "--target", str(target), *map(str, wheels.values()),
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "-q",
+        "--no-index",
+        "--no-deps",
+        "--no-compile",
+        "--no-cache-dir",
+        "--upgrade",
+        "--target",
+        str(target),
+        *map(str, wheels.values()),
+    ]
     done = subprocess.run(pip, capture_output=True, text=True, timeout=180)
     if done.returncode != 0:
         status.update(ok=False, reason=f"pip install failed: {done.stderr.strip()[-300:]}")
@@ -76,24 +87,18 @@ def prepare(*, folder: Path = DEFAULT_DIR, target: Path) -> dict[str, Any]:
     return status
 
 
-def import_names(repo: Path) -> Path:
-    """A folder of links, <import name> -> the repo's folder (perfweb_agent -> agent/, ...):
-    on PYTHONPATH it makes an uninstalled checkout importable by the names the code uses
-    (setup.py maps them when installed)."""
-    folder = repo / ".names"
-    folder.mkdir(exist_ok=True)
-    for name, source in (("perfweb_agent", "agent"), ("perfweb_recommender", "recommender"),
-                         ("perfweb_contract", "contract")):
-        link = folder / name
-        if (repo / source).is_dir() and not link.exists():
-            link.symlink_to(Path("..") / source)
-    return folder
+def package_paths(repo: Path) -> list[str]:
+    """The repo's folders that hold its packages under their import names (agent/ holds
+    perfweb_agent/, ...), then the repo itself (perfweb/, bench/): on PYTHONPATH they make an
+    uninstalled checkout importable by the names the code uses."""
+    folders = [repo / name for name in ("agent", "recommender", "contract")]
+    return [str(folder) for folder in folders if folder.is_dir()] + [str(repo)]
 
 
 def recommender_env(site: str | None, repo: Path) -> dict[str, str]:
     """The environment of a recommender process: the repo, then the wheels' folder."""
     env = dict(os.environ)
-    parts = [str(import_names(repo)), str(repo)] + ([site] if site else [])
+    parts = package_paths(repo) + ([site] if site else [])
     if env.get("PYTHONPATH"):
         parts.append(env["PYTHONPATH"])
     env["PYTHONPATH"] = os.pathsep.join(parts)
@@ -105,10 +110,21 @@ def fetch(*, dest: Path, python_version: str) -> int:
     dest.mkdir(parents=True, exist_ok=True)
     platforms = [arg for platform in PLATFORMS for arg in ("--platform", platform)]
     argv = [
-        sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-        "--python-version", python_version, "--implementation", "cp", *platforms,
-        "-d", str(dest), *REQUIRED,
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--python-version",
+        python_version,
+        "--implementation",
+        "cp",
+        *platforms,
+        "-d",
+        str(dest),
+        *REQUIRED,
+    ]
     return subprocess.run(argv, check=False).returncode
 
 

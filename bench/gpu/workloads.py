@@ -183,9 +183,12 @@ def pageable_h2d(ctx: Context) -> Step:
     rows, features = ctx.size((1024, 2048), (32, 64))
     workers = ctx.size(4, 0)
     loader = DataLoader(
-        PrebuiltBatches(rows, features), batch_size=None, num_workers=workers,
-        pin_memory=False, persistent_workers=workers > 0,
-    )  # fmt: skip
+        PrebuiltBatches(rows, features),
+        batch_size=None,
+        num_workers=workers,
+        pin_memory=False,
+        persistent_workers=workers > 0,
+    )
     # ~0.36 TFLOP a step: compute of the same order as the copy, so pinned (asynchronous)
     # copies have something to overlap with, as in a real input pipeline.
     model, optimizer = trained(ctx, features, ctx.size(4096, 32), ctx.size(4, 2))
@@ -220,11 +223,16 @@ def fp32_conv(ctx: Context) -> Step:
     channels, side, rows = ctx.size(128, 8), ctx.size(64, 16), ctx.size(64, 4)
     torch.manual_seed(0)
     model = nn.Sequential(
-        nn.Conv2d(3, channels, 3, padding=1), nn.ReLU(),
-        nn.Conv2d(channels, channels, 3, padding=1), nn.ReLU(),
-        nn.Conv2d(channels, channels, 3, padding=1), nn.ReLU(),
-        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(channels, 10),
-    ).to(ctx.device)  # fmt: skip
+        nn.Conv2d(3, channels, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(channels, channels, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(channels, channels, 3, padding=1),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(channels, 10),
+    ).to(ctx.device)
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
     generator = torch.Generator().manual_seed(0)
     images = torch.randn(rows, 3, side, side, generator=generator).to(ctx.device)
@@ -292,9 +300,11 @@ def input_bound(ctx: Context) -> Step:
     tensor_cores_allowed()
     features = ctx.size(1024, 64)
     loader = DataLoader(
-        SlowSamples(features, work=ctx.size(12, 2)), batch_size=ctx.size(128, 8),
-        num_workers=0, pin_memory=ctx.cuda,
-    )  # fmt: skip
+        SlowSamples(features, work=ctx.size(12, 2)),
+        batch_size=ctx.size(128, 8),
+        num_workers=0,
+        pin_memory=ctx.cuda,
+    )
     model, optimizer = trained(ctx, features, ctx.size(2048, 32), ctx.size(2, 1))
     batches = endless(loader)
 
@@ -360,6 +370,26 @@ def healthy_bf16(ctx: Context) -> Step:
     return step
 
 
+def bf16_matmul(ctx: Context) -> Step:
+    """No plant: four 8192-wide bf16 Linear layers over batches of 8192, data on the GPU:
+    a loop of large matmuls that should run near the device's bf16 peak."""
+    width = ctx.size(8192, 64)
+    torch.manual_seed(0)
+    layers = [nn.Linear(width, width, bias=False) for _ in range(4)]
+    model = nn.Sequential(*layers).to(ctx.device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-6, foreach=True)
+    x = torch.randn(ctx.size(8192, 16), width).to(ctx.device)
+
+    def step() -> None:
+        with ctx.autocast(torch.bfloat16):
+            loss = model(x).float().square().mean()
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return step
+
+
 WORKLOADS: dict[str, Callable[[Context], Step]] = {
     "pageable_h2d": pageable_h2d,
     "fp32_matmul": fp32_matmul,
@@ -370,6 +400,7 @@ WORKLOADS: dict[str, Callable[[Context], Step]] = {
     "input_bound": input_bound,
     "fp16_no_scaler": fp16_no_scaler,
     "idle_held": idle_held,
+    "bf16_matmul": bf16_matmul,
     "healthy_bf16": healthy_bf16,
 }
 
@@ -408,9 +439,11 @@ def run_workload(
         torch.set_num_threads(1)
     if name == "idle_held":
         limits = Limits(
-            min_steps=BURST_STEPS + 5, min_seconds=0.0, max_steps=BURST_STEPS + 5,
+            min_steps=BURST_STEPS + 5,
+            min_seconds=0.0,
+            max_steps=BURST_STEPS + 5,
             max_seconds=(limits or Limits()).max_seconds + idle_seconds,
-        )  # fmt: skip
+        )
     result = drive(WORKLOADS[name](ctx), limits or Limits(), cuda=ctx.cuda)
     result.update(workload=name, device=device, smoke=smoke, torch=torch.__version__)
     if ctx.cuda:
@@ -438,9 +471,12 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     limits = Limits(args.min_steps, args.min_seconds, args.max_steps, args.max_seconds)
     result = run_workload(
-        args.name, device=args.device, smoke=args.smoke, limits=limits,
+        args.name,
+        device=args.device,
+        smoke=args.smoke,
+        limits=limits,
         idle_seconds=args.idle_seconds,
-    )  # fmt: skip
+    )
     text = json.dumps(result)
     if args.result:
         with open(args.result, "w", encoding="utf-8") as handle:

@@ -12,8 +12,8 @@ class AlertsConfig(AppConfig):
     def ready(self) -> None:
         from perfweb.alerts import signals  # noqa: F401  (connects the new-project defaults)
         from perfweb.alerts.panel import alerts_panel
-        from perfweb.dashboard.nav import NavLink, register_nav_link
-        from perfweb.dashboard.panels import register_run_panel
+        from perfweb.pages.nav import NavLink, register_nav_link
+        from perfweb.pages.panels import register_run_panel
 
         register_nav_link(NavLink(label="Alerts", url_name="alerts:index", prefix="/alerts/"))
         register_run_panel(alerts_panel, order=30)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from perfweb.alerts.models import Alert
-from perfweb.dashboard.panels import Panel
+from perfweb.pages.panels import Panel
 
 
 def alerts_panel(*, run: Any, user: Any) -> Panel:

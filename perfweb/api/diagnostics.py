@@ -9,19 +9,22 @@ from django.db.models import QuerySet
 from django.http import FileResponse, HttpRequest, HttpResponse
 
 from perfweb.api.endpoint import READER, TOKEN, endpoint
-from perfweb.api.http import error_response, json_response, read_json
 from perfweb.diagnostics import conf, selectors, services, workload
+from perfweb.diagnostics.anatomy import phase_bands
 from perfweb.diagnostics.schemas import parse_trace_chunk
 from perfweb.diagnostics.step_bands import step_bands
 from perfweb.diagnostics.uploads import TRACE_SUFFIX
+from perfweb.http.bodies import error_response, json_response, read_json
 from perfweb.projects.models import Project
 from perfweb.runs.models import Run
 from perfweb.runs.selectors import agent_commands, run_get
+from perfweb_contract.protocol import MAX_BODY_BYTES
 
 
 @endpoint("POST", auth=TOKEN)
 def trace_upload(request: HttpRequest, *, project: Project) -> HttpResponse:
-    chunk = parse_trace_chunk(read_json(request))
+    # A chunk's body unzipped is no larger than one sent plain: its data is base64 of gzip.
+    chunk = parse_trace_chunk(read_json(request, unzipped_max=MAX_BODY_BYTES))
     result = services.trace_chunk_store(project=project, chunk=chunk)
     run = Run(run_id=chunk.run_id, project=project)
     commands = agent_commands(run=run, agent_id=chunk.agent_id)
@@ -63,7 +66,9 @@ def run_step_bands(request: HttpRequest, run_id: str, *, runs: QuerySet[Run]) ->
     run = run_get(runs=runs, run_id=run_id)
     if run is None:
         return error_response("no such run", 404)
-    return json_response({"run": run.run_id, "bands": step_bands(run=run)})
+    return json_response(
+        {"run": run.run_id, "bands": step_bands(run=run), "phases": phase_bands(run=run)}
+    )
 
 
 @endpoint("GET", auth=READER)

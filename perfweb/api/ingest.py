@@ -9,7 +9,7 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse
 
 from perfweb.api.endpoint import TOKEN, endpoint
-from perfweb.api.http import json_response, parse_json, read_body
+from perfweb.http.bodies import json_response, parse_json, read_body
 from perfweb.ingest.batches import batch_store
 from perfweb.projects.models import Project
 from perfweb.runs import services
@@ -75,9 +75,11 @@ def batch(body: bytes, *, project: Project) -> HttpResponse:
 
 @ingest_view
 def heartbeat(body: bytes, *, project: Project) -> HttpResponse:
-    run_id, agent_id = parse_heartbeat(parse_json(body))
-    services.run_heartbeat(project=project, run_id=run_id, agent_id=agent_id)
-    return _reply(Run(run_id=run_id, project=project), agent_id)
+    request = parse_heartbeat(parse_json(body))
+    services.run_heartbeat(
+        project=project, run_id=request.run_id, agent_id=request.agent_id, unsent=request.unsent
+    )
+    return _reply(Run(run_id=request.run_id, project=project), request.agent_id)
 
 
 @ingest_view

@@ -10,11 +10,13 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse
 
 from perfweb.api.endpoint import TOKEN, endpoint
-from perfweb.api.http import BadRequest, error_response, json_response, read_json
+from perfweb.http.bodies import BadRequest, error_response, json_response, read_json
 from perfweb.jobs import services
 from perfweb.jobs.models import Job
 from perfweb.jobs.selectors import job_for_runner
 from perfweb.projects.models import Project
+from perfweb_contract import protocol
+from perfweb_contract.jobs import RUNNER_ID_MAX
 
 
 def runner_view(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
@@ -40,7 +42,7 @@ def runner_view(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse
     return wrapper
 
 
-def _text(body: dict[str, Any], name: str, limit: int = 255) -> str:
+def _text(body: dict[str, Any], name: str, limit: int = protocol.HOST_MAX) -> str:
     value = body.get(name)
     if not isinstance(value, str) or not value.strip() or len(value) > limit:
         raise BadRequest(f"{name} must be a non-empty string of at most {limit} characters")
@@ -50,7 +52,7 @@ def _text(body: dict[str, Any], name: str, limit: int = 255) -> str:
 @runner_view
 def claim(body: dict[str, Any], *, project: Project) -> HttpResponse:
     claimed = services.job_claim(
-        project=project, host=_text(body, "host"), runner_id=_text(body, "runner_id", 64)
+        project=project, host=_text(body, "host"), runner_id=_text(body, "runner_id", RUNNER_ID_MAX)
     )
     if claimed is None:
         return json_response({"ok": True, "job": None})

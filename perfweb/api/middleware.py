@@ -3,7 +3,7 @@ field or a cookie is a 400 before any view (or the session middleware) runs.
 
 PostgreSQL's text cannot hold a NUL character, so a view that filters on such a value
 (`?project=%00`, `/runs/%00/`) would raise DataError: a 500. JSON bodies are checked where
-they are parsed (perfweb.api.http.parse_json); this checks what Django decodes itself.
+they are parsed (perfweb.http.bodies.parse_json); this checks what Django decodes itself.
 Lone surrogates cannot arrive this way: Django decodes URLs and forms as UTF-8 with
 replacement.
 """
@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from django.http import HttpRequest, HttpResponse
 
-from perfweb.api.http import error_response
+from perfweb.http.bodies import error_response
 
 NUL = "\x00"
 FORMS = ("application/x-www-form-urlencoded", "multipart/form-data")

@@ -8,7 +8,8 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 
 from perfweb.api.endpoint import READER, endpoint
-from perfweb.api.http import error_response, json_response
+from perfweb.diagnostics.workload import run_rows_with_coverage
+from perfweb.http.bodies import error_response, json_response
 from perfweb.runs.models import Run
 from perfweb.runs.selectors import run_get
 from perfweb.series.run_rows import run_detail, run_list
@@ -32,7 +33,8 @@ def runs(request: HttpRequest, *, runs: QuerySet[Run]) -> HttpResponse:
         limit = _integer(request, "limit", default=50, low=1, high=500)
     except _BadQuery as error:
         return error_response(str(error), 400)
-    return json_response({"runs": run_list(runs=runs, status=status, limit=limit)})
+    rows = run_list(runs=runs, status=status, limit=limit)
+    return json_response({"runs": run_rows_with_coverage(rows=rows, runs=runs)})
 
 
 @endpoint("GET", auth=READER)

@@ -1,7 +1,6 @@
 """Every `/api/v1` route, and only here: each from its path in perfweb_contract.api (the agent
-builds
-its requests from the same constants), each view behind perfweb.api.endpoint (one auth path,
-one error mapping), each calling its own app's services and selectors."""
+builds its requests from the same constants), each view behind perfweb.api.endpoint (one auth
+path, one error mapping), each calling its own app's services and selectors."""
 
 from __future__ import annotations
 
@@ -9,8 +8,7 @@ import re
 
 from django.urls import URLPattern, path
 
-from perfweb.api import diagnostics, ingest, jobs, read
-from perfweb.fleet.views import waste_api
+from perfweb.api import diagnostics, fleet, ingest, jobs, read
 from perfweb_contract import api
 
 PREFIX = api.API_PREFIX.strip("/") + "/"  # what perfweb/urls.py includes this module under
@@ -31,7 +29,7 @@ urlpatterns: list[URLPattern] = [
     path(route(api.TRACE_PATH), diagnostics.trace_upload, name="ingest-trace"),
     # reads (docs/protocol.md)
     path(route(api.RUNS_PATH), read.runs, name="api-runs"),
-    path(route(api.WASTE_PATH), waste_api, name="api-waste"),
+    path(route(api.WASTE_PATH), fleet.waste, name="api-waste"),
     path(route(api.RUN_PATH), read.run, name="api-run"),
     path(route(api.RUN_SERIES_PATH), read.series, name="api-run-series"),
     path(route(api.RUN_TIMELINE_PATH), read.timeline, name="api-run-timeline"),

@@ -9,6 +9,9 @@ from perfweb.diagnostics.comparison import pair_comparison, run_steps, thinned
 from perfweb.diagnostics.formatting import pct
 from perfweb.runs.models import Run
 from perfweb_contract.api import RUN_TIMELINE_PATH
+from perfweb_contract.knobs import FACT_KNOBS
+from perfweb_recommender.compare import speed_words
+from perfweb_recommender.evidence import training_step_count
 
 MAX_RUNS = 4
 CHART_STEPS = 3000  # steps per run sent to the page for the distributions and bands
@@ -41,7 +44,9 @@ def _run_view(run: Run, index: int) -> dict[str, Any]:
         "name": run.name or run.run_id,
         "status": run.status,
         "started_at": run.started_at,
-        "steps": run.step_count,
+        "steps": training_step_count(counted=run.step_count, facts=run.facts or {})[0],
+        # the knobs the agent applied in this run (a job's candidate, `perf-agent ab`)
+        "knobs": (run.facts or {}).get(FACT_KNOBS, ""),
     }
 
 
@@ -65,8 +70,12 @@ def _ms(seconds: float | None) -> str:
 def _stats_view(stats: dict[str, Any] | None) -> dict[str, str]:
     if not stats:
         return {"median": "—", "p10": "—", "p90": "—", "count": "0"}
-    return {"median": _ms(stats["median_s"]), "p10": _ms(stats["p10_s"]),
-            "p90": _ms(stats["p90_s"]), "count": f"{stats['count']:,}"}  # fmt: skip
+    return {
+        "median": _ms(stats["median_s"]),
+        "p10": _ms(stats["p10_s"]),
+        "p90": _ms(stats["p90_s"]),
+        "count": f"{stats['count']:,}",
+    }
 
 
 def _pair_view(pair: dict[str, Any]) -> dict[str, Any]:
@@ -80,7 +89,24 @@ def _pair_view(pair: dict[str, Any]) -> dict[str, Any]:
         "change": pct(ratio["ratio"] - 1) if ratio else "—",
         "interval": f"{pct(ratio['low'] - 1)} to {pct(ratio['high'] - 1)}" if ratio else "—",
         "verdict": _verdict(ratio),
+        "speed": speed_words(ratio["ratio"]) if ratio else "—",
+        "phase_rows": _phase_rows(pair.get("phases")),
     }
+
+
+def _phase_rows(phases: dict[str, Any] | None) -> list[dict[str, str]]:
+    """The step anatomy's diff as table rows: each phase's change, largest first."""
+    if not phases:
+        return []
+    deltas = sorted(phases["deltas_s"].items(), key=lambda kv: -abs(kv[1]))
+    return [
+        {
+            "phase": name.replace("_", " "),
+            "delta": f"{delta * 1000:+,.2f} ms",
+            "direction": "up" if delta > 0 else "down",
+        }
+        for name, delta in deltas
+    ]
 
 
 def _verdict(ratio: dict[str, Any] | None) -> str:

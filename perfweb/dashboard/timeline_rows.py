@@ -15,6 +15,8 @@ from perfweb_contract.protocol import (
     SCALAR_PREFIX,
     STEP_DATA_WAIT,
     STEP_DURATION,
+    STEP_PHASES,
+    step_phase_series,
 )
 
 
@@ -92,6 +94,15 @@ ROWS: tuple[TimelineRow, ...] = (
         "steps",
         "no steps recorded yet — the agent times them from the optimizer, backward passes, the "
         "outermost module or the DataLoader; perfweb_agent.step() marks them by hand.",
+    ),
+    TimelineRow(
+        "anatomy",
+        "Where the step goes (rolling median per phase, stacked)",
+        "s",
+        tuple(step_phase_series(phase) for phase in STEP_PHASES),
+        "steps",
+        "no step anatomy yet — the agent splits each step into data, copy, forward, backward, "
+        "optimizer, collective and other; an agent older than that sends step times only.",
     ),
 )
 TRAINING_ONLY = ("steps",)  # an inference run's requests are charted as latency percentiles

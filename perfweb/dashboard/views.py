@@ -13,10 +13,12 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET
 
 from perfweb.dashboard import assets, comparison_page, presenters
-from perfweb.dashboard.panels import run_panels
 from perfweb.dashboard.timeline_rows import timeline_extras_config, timeline_rows_config
+from perfweb.diagnostics.anatomy import run_anatomy, run_utilisation
+from perfweb.diagnostics.workload import run_rows_with_coverage
+from perfweb.pages.panels import run_panels
 from perfweb.projects.selectors import project_list_for_user
-from perfweb.runs.selectors import run_get_for_user
+from perfweb.runs.selectors import run_get_for_user, run_queryset
 from perfweb.series.run_rows import run_detail as run_detail_row
 from perfweb.series.run_rows import run_list_for_user
 from perfweb_contract.api import RUN_PATH, RUNS_PATH
@@ -32,7 +34,10 @@ POPUP_OPENER_POLICY = "same-origin-allow-popups"
 def runs_list(request: HttpRequest) -> HttpResponse:
     status = request.GET.get("status")
     status = status if status in RUN_STATUSES else None
-    runs = run_list_for_user(user=request.user, status=status, limit=RUNS_ON_PAGE)
+    runs = run_rows_with_coverage(
+        rows=run_list_for_user(user=request.user, status=status, limit=RUNS_ON_PAGE),
+        runs=run_queryset(user=request.user),
+    )
     show_project = project_list_for_user(user=request.user).count() > 1
     return render(
         request,
@@ -62,12 +67,16 @@ def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
         raise Http404("No such run in your projects.")
     row = presenters.with_command_line(run_detail_row(run=run))
     kind = workload_kind(facts=run.facts or {}, steps=run.step_count)
+    anatomy = run_anatomy(run=run)
+    compute = run_utilisation(run=run)
     response = render(
         request,
         "dashboard/run_detail.html",
         {
             "run": row,
             "kind": kind,
+            "anatomy": presenters.anatomy_view(anatomy) if anatomy is not None else None,
+            "compute": presenters.compute_view(compute),
             "panels": run_panels(run=run, user=request.user),
             "page_config": {
                 "api": RUN_PATH.format(run_id=run.run_id),
@@ -93,10 +102,11 @@ def compare(request: HttpRequest) -> HttpResponse:
     ids = list(dict.fromkeys(request.GET.getlist("run")))
     if not 2 <= len(ids) <= comparison_page.MAX_RUNS:
         return render(
-            request, "dashboard/compare.html",
+            request,
+            "dashboard/compare.html",
             {"error": f"Pick between 2 and {comparison_page.MAX_RUNS} runs to compare."},
             status=400,
-        )  # fmt: skip
+        )
     runs = [run_get_for_user(user=request.user, run_id=run_id) for run_id in ids]
     if any(run is None for run in runs):
         raise Http404("No such run in your projects.")

@@ -16,13 +16,16 @@ import numpy as np
 from django.db.models import Q
 from django.urls import reverse
 
+from perfweb.diagnostics.anatomy import run_anatomy
 from perfweb.diagnostics.models import Finding, Trace
 from perfweb.diagnostics.selectors import trace_tables_of
 from perfweb.runs.models import Run
 from perfweb.series.selectors import series_read
 from perfweb_recommender.analysis.regression import MedianRatio, median_ratio
 from perfweb_recommender.analysis.trace_diff import trace_diff
+from perfweb_recommender.anatomy import phase_diff
 from perfweb_recommender.compare import difference_sentence, facts_diff, findings_diff, step_stats
+from perfweb_recommender.evidence import training_from
 from perfweb_recommender.rules.base import Finding as RuleFinding
 from perfweb_recommender.rules.cross_run import REGRESSION_ID, regression_finding
 
@@ -39,18 +42,20 @@ def job_of(run: Run) -> str:
 
 def run_steps(*, run: Run) -> tuple[list[float], list[float], list[float]]:
     """(end times, durations, DataLoader waits) of the run's steps, all ranks, in time order."""
-    read = series_read(
-        run=run, names=["step.duration", "step.data_wait"], points=STEP_POINTS
-    )
+    read = series_read(run=run, names=["step.duration", "step.data_wait"], points=STEP_POINTS)
     rows: list[tuple[float, float]] = []
     waits: list[float] = []
+    # each rank's calls before its first optimizer step (an eval at iteration 0) are no
+    # steps; their positions are known while the series is read whole
+    first = training_from(run.facts or {}) or 0
     for series in read:
         if not series.device.startswith("rank:"):
             continue
+        skip = first if not series.downsampled else 0
         if series.name == "step.duration":
-            rows.extend(zip(series.t.tolist(), series.v.tolist(), strict=True))
+            rows.extend(zip(series.t.tolist()[skip:], series.v.tolist()[skip:], strict=True))
         else:
-            waits.extend(series.v.tolist())
+            waits.extend(series.v.tolist()[skip:])
     rows.sort()
     return [t for t, _ in rows], [v for _, v in rows], waits
 
@@ -105,16 +110,25 @@ def pair_comparison(*, a: Run, b: Run) -> dict[str, Any]:
     a_wait, b_wait = _median_wait(a_waits), _median_wait(b_waits)
     wait_delta = b_wait - a_wait if a_wait is not None and b_wait is not None else None
     sentence = _sentence(ratio=ratio, a=a, b=b, wait_delta=wait_delta, diff=diff)
+    a_anatomy, b_anatomy = run_anatomy(run=a), run_anatomy(run=b)
+    phases = None
+    if a_anatomy is not None and b_anatomy is not None:
+        by_phase = phase_diff(a_anatomy, b_anatomy)
+        phases = {**by_phase.as_json(), "text": by_phase.text(b_label=_label(b))}
     return {
-        "a": a, "b": b,
-        "a_stats": step_stats(a_steps), "b_stats": step_stats(b_steps),
+        "a": a,
+        "b": b,
+        "a_stats": step_stats(a_steps),
+        "b_stats": step_stats(b_steps),
         "ratio": ratio.as_json() if ratio else None,
         "sentence": sentence,
         "facts": facts_diff(dict(a.facts), dict(b.facts)),
         "findings": findings_diff(_finding_ids(a), _finding_ids(b)),
         "trace_diff": diff,
-        "a_wait_s": a_wait, "b_wait_s": b_wait,
-    }  # fmt: skip
+        "a_wait_s": a_wait,
+        "b_wait_s": b_wait,
+        "phases": phases,  # the step anatomy's diff (None unless both runs have phases)
+    }
 
 
 def _finding_ids(run: Run) -> list[str]:
@@ -128,9 +142,12 @@ def _sentence(
     if ratio is None:
         return "Too few steps in one of the runs to compare their step times."
     return difference_sentence(
-        ratio=ratio, a_label=_label(a), b_label=_label(b), wait_delta_s=wait_delta,
+        ratio=ratio,
+        a_label=_label(a),
+        b_label=_label(b),
+        wait_delta_s=wait_delta,
         operators=(diff or {}).get("operators", []),
-    )  # fmt: skip
+    )
 
 
 def _label(run: Run) -> str:
@@ -153,9 +170,11 @@ def regression_for(*, run: Run) -> RuleFinding | None:
     wait_delta = b_wait - a_wait if a_wait is not None and b_wait is not None else None
     sentence = _sentence(ratio=verdict, a=baseline, b=run, wait_delta=wait_delta, diff=diff)
     return regression_finding(
-        verdict=verdict, baseline_run=baseline.run_id,
-        compare_path=compare_path(runs=[baseline, run]), sentence=sentence,
-    )  # fmt: skip
+        verdict=verdict,
+        baseline_run=baseline.run_id,
+        compare_path=compare_path(runs=[baseline, run]),
+        sentence=sentence,
+    )
 
 
 def thinned(values: list[float], *, points: int) -> list[float]:

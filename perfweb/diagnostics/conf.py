@@ -10,6 +10,16 @@ PERFWEB_TRACE_PARTIAL_RUN_BYTES      bytes that one run's unfinished trace uploa
 PERFWEB_TRACE_PARTIAL_PROJECT_BYTES  the same for all runs of a project (default 4 GiB)
 PERFWEB_TRACE_PARTIAL_TTL            seconds an upload may take from its first chunk before
                                      its chunks are dropped (default 21600, 6 h)
+PERFWEB_DIAGNOSIS_MEMORY_MB  memory (MB) one trace's analysis may take in a diagnosis worker
+                             (default 1024); a trace over it is analysed in part, and says so
+PERFWEB_DIAGNOSE_QUEUED_TTL       seconds a run's pending diagnosis message counts as pending
+                                  (no second one is sent meanwhile; default 600)
+PERFWEB_DIAGNOSE_PROJECT_PENDING  pending diagnosis messages one project may have at once
+                                  (default 16): the rest wait for beat's sweep
+PERFWEB_TRACE_RUN_MAX        traces, finished and unfinished, one run may hold (default 256)
+PERFWEB_TRACE_RUN_BYTES      bytes of them (default 8 GiB)
+PERFWEB_TRACE_PROJECT_MAX    the same for all runs of a project (default 4096)
+PERFWEB_TRACE_PROJECT_BYTES  and their bytes (default 64 GiB)
 """
 
 from __future__ import annotations
@@ -25,6 +35,13 @@ DEFAULT_TRACE_MAX_BYTES = 2 * 1024**3
 DEFAULT_PARTIAL_RUN_BYTES = 1024**3
 DEFAULT_PARTIAL_PROJECT_BYTES = 4 * 1024**3
 DEFAULT_PARTIAL_TTL_S = 6 * 3600.0
+DEFAULT_DIAGNOSIS_MEMORY_MB = 1024
+# A window every 30 min (the agent's default) is 48 a day: a week-long run keeps all of them.
+DEFAULT_PROJECT_PENDING = 16
+DEFAULT_RUN_TRACES = 256
+DEFAULT_RUN_TRACE_BYTES = 8 * 1024**3
+DEFAULT_PROJECT_TRACES = 4096
+DEFAULT_PROJECT_TRACE_BYTES = 64 * 1024**3
 
 
 def trace_dir() -> Path:
@@ -64,11 +81,27 @@ def diagnose_claim_ttl_s() -> float:
     return env_seconds("PERFWEB_DIAGNOSE_CLAIM_TTL", default=60.0)
 
 
+def diagnose_queued_ttl_s() -> float:
+    configured = getattr(settings, "PERFWEB_DIAGNOSE_QUEUED_TTL", None)
+    if configured is not None:
+        return float(configured)
+    return env_seconds("PERFWEB_DIAGNOSE_QUEUED_TTL", default=600.0)
+
+
+def diagnose_project_pending() -> int:
+    return _bytes("PERFWEB_DIAGNOSE_PROJECT_PENDING", DEFAULT_PROJECT_PENDING)
+
+
 def diagnose_window_s() -> float:
     configured = getattr(settings, "PERFWEB_DIAGNOSE_WINDOW", None)
     if configured is not None:
         return float(configured)
     return env_seconds("PERFWEB_DIAGNOSE_WINDOW", default=900.0)
+
+
+def diagnosis_memory_mb() -> int:
+    """The memory budget of one trace's analysis (perfweb_recommender.trace.budget)."""
+    return _bytes("PERFWEB_DIAGNOSIS_MEMORY_MB", DEFAULT_DIAGNOSIS_MEMORY_MB)
 
 
 def partial_run_bytes() -> int:
@@ -79,6 +112,22 @@ def partial_project_bytes() -> int:
     return _bytes("PERFWEB_TRACE_PARTIAL_PROJECT_BYTES", DEFAULT_PARTIAL_PROJECT_BYTES)
 
 
+def run_traces() -> int:
+    return _bytes("PERFWEB_TRACE_RUN_MAX", DEFAULT_RUN_TRACES)
+
+
+def run_trace_bytes() -> int:
+    return _bytes("PERFWEB_TRACE_RUN_BYTES", DEFAULT_RUN_TRACE_BYTES)
+
+
+def project_traces() -> int:
+    return _bytes("PERFWEB_TRACE_PROJECT_MAX", DEFAULT_PROJECT_TRACES)
+
+
+def project_trace_bytes() -> int:
+    return _bytes("PERFWEB_TRACE_PROJECT_BYTES", DEFAULT_PROJECT_TRACE_BYTES)
+
+
 def partial_ttl_s() -> float:
     configured = getattr(settings, "PERFWEB_TRACE_PARTIAL_TTL", None)
     if configured is not None:
@@ -87,6 +136,7 @@ def partial_ttl_s() -> float:
 
 
 def _bytes(name: str, default: int) -> int:
+    """A positive whole number (bytes, or a count) from a setting or the environment."""
     configured = getattr(settings, name, None)
     if configured is not None:
         return int(configured)

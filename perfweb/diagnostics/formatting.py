@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from perfweb_recommender import units
+
 
 def pct(fraction: float | None, *, digits: int = 1) -> str:
     """A fraction as a percentage ("54.0 %", "−2.0 %"); "—" for None."""
@@ -20,29 +22,6 @@ def evidence_text(item: dict[str, Any]) -> str:
 
 
 def format_value(value: Any, unit: str) -> str:
-    """A number with its unit, the way people read it (a fraction as a percentage)."""
-    if isinstance(value, bool) or unit == "flag":
-        return {True: "yes", False: "no"}.get(value, str(value))
-    if not isinstance(value, int | float):
-        return f"{value} {unit}".strip()
-    if unit == "fraction":
-        return f"{100 * value:.1f} %"
-    if unit == "bytes":
-        return _bytes(float(value))
-    if unit == "s" and abs(value) < 1:
-        return f"{1000 * value:.1f} ms"
-    return f"{_number(value)} {unit}".strip()
-
-
-def _number(value: int | float) -> str:
-    if isinstance(value, int) or abs(value) >= 1000:
-        return f"{value:,.0f}"
-    return f"{value:.3g}"
-
-
-def _bytes(value: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(value) < 1024:
-            return f"{value:.1f} {unit}" if unit != "B" else f"{value:.0f} B"
-        value /= 1024
-    return f"{value:.1f} TiB"
+    """A number with its unit, the way people read it (perfweb_recommender.units, the one
+    formatter the CLI's report uses too)."""
+    return units.format_value(value, unit)

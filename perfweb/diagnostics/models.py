@@ -1,4 +1,5 @@
-"""Uploaded profiler traces, a run's stored findings, and its diagnosis bookkeeping."""
+"""Uploaded profiler traces, a run's stored findings and their fixes' measured verifications,
+and its diagnosis bookkeeping."""
 
 from __future__ import annotations
 
@@ -64,12 +65,43 @@ class RunDiagnosis(models.Model):
 
     `claimed_until` is an expiring claim (a worker killed mid-diagnosis leaves a claim that
     simply runs out); `data_seen_at` is the run's `last_seen_at` when that diagnosis began,
-    so the sweep can tell that new data has arrived since.
+    so the sweep can tell that new data has arrived since; `queued_at` is when the run's one
+    pending diagnosis message was sent (cleared when a worker takes it; a lost message's
+    mark runs out after PERFWEB_DIAGNOSE_QUEUED_TTL), so that requests coalesce.
     """
 
     run = models.OneToOneField(Run, on_delete=models.CASCADE, related_name="diagnosis")
+    queued_at = models.DateTimeField(null=True, blank=True)
     claimed_until = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     diagnosed_at = models.DateTimeField(null=True, blank=True)
     data_seen_at = models.DateTimeField(null=True, blank=True)
     error = models.CharField(max_length=500, blank=True)
+
+
+class FixVerification(models.Model):
+    """What the latest finished job measured for a finding of a run's fix: the ranking reads
+    it (`verification.fix_verification_record` writes it when a job finishes). The table
+    keeps the name it had in the jobs app (migration jobs 0005 / diagnostics 0003)."""
+
+    VERIFIED = "verified"
+    REFUTED = "refuted"
+    INCONCLUSIVE = "inconclusive"  # measured, but too wide to decide: the estimate stands
+    STATUSES = [(s, s) for s in (VERIFIED, REFUTED, INCONCLUSIVE)]
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="fix_verifications")
+    finding_id = models.CharField(max_length=100)
+    job = models.ForeignKey("jobs.Job", on_delete=models.CASCADE, related_name="+")
+    status = models.CharField(max_length=12, choices=STATUSES)
+    measured_gain = models.FloatField()  # fraction of step time recovered (1 - 1/speedup)
+    speedup = models.FloatField()
+    ci_low = models.FloatField()
+    ci_high = models.FloatField()
+    reason = models.CharField(max_length=200, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        db_table = "jobs_fixverification"
+        constraints = [
+            models.UniqueConstraint(fields=["run", "finding_id"], name="fixverification_unique")
+        ]

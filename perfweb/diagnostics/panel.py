@@ -1,4 +1,4 @@
-"""The ranked fixes panel on the run page (registered with perfweb.dashboard.panels)."""
+"""The ranked fixes panel on the run page (registered with perfweb.pages.panels)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,14 @@ from typing import Any
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
-from perfweb.dashboard.panels import Panel
 from perfweb.diagnostics import selectors
+from perfweb.diagnostics.estimate import try_fix_refusals
 from perfweb.diagnostics.fix_knobs import fix_knobs
 from perfweb.diagnostics.formatting import format_value, pct
+from perfweb.diagnostics.gains import measured_gains_for_run
 from perfweb.diagnostics.models import Finding, RunDiagnosis
 from perfweb.diagnostics.workload import run_workload_coverage
-from perfweb.jobs.selectors import measured_gains_for_run
+from perfweb.pages.panels import Panel
 from perfweb.runs.models import Run
 from perfweb_contract.api import RUN_FINDINGS_PATH
 from perfweb_contract.knobs import format_knobs
@@ -35,6 +36,8 @@ def findings_panel(*, run: Run, user: Any) -> Panel:
     state = selectors.diagnosis_state(run=run)
     coverage = run_workload_coverage(run=run)
     traces = selectors.traces_json(run=run)
+    fixes, host_conditions = selectors.findings_split_for_run(run=run)
+    refusals = try_fix_refusals(run=run, gains={f.rule_id: f.estimated_gain for f in fixes})
     return Panel(
         template="diagnostics/_findings.html",
         context={
@@ -43,8 +46,16 @@ def findings_panel(*, run: Run, user: Any) -> Panel:
             "live": _live(run=run, state=state),
             "diagnosed_ts": _timestamp(state),
             "findings": [
-                finding_view(finding=f, verification=measured.get(f.rule_id))
-                for f in selectors.findings_for_run(run=run)
+                finding_view(
+                    finding=f,
+                    verification=measured.get(f.rule_id),
+                    try_refused=refusals.get(f.rule_id, ""),
+                )
+                for f in fixes
+            ],
+            # Apart from the fixes: about the machine, not the script (never ranked with them).
+            "host_conditions": [
+                finding_view(finding=f, verification=None) for f in host_conditions
             ],
             "diagnosis": state,
             "traces": traces,
@@ -69,7 +80,9 @@ def _live(*, run: Run, state: RunDiagnosis | None) -> bool:
     return state is None or state.data_seen_at is None or state.data_seen_at < run.last_seen_at
 
 
-def finding_view(*, finding: Finding, verification: dict[str, Any] | None) -> dict[str, Any]:
+def finding_view(
+    *, finding: Finding, verification: dict[str, Any] | None, try_refused: str = ""
+) -> dict[str, Any]:
     fix = finding.fix or {}
     return {
         "rank": finding.rank,
@@ -84,6 +97,7 @@ def finding_view(*, finding: Finding, verification: dict[str, Any] | None) -> di
         "fix_text": fix.get("text", ""),
         "snippet": fix.get("snippet", ""),
         "knob": format_knobs(fix_knobs(fix)),  # the value the button queues
+        "try_refused": try_refused,  # why no button: the estimate is below what a job resolves
         "doc": finding.doc,
         "doc_html": doc_html(finding.doc),
         "verification": _verification(verification),

@@ -26,6 +26,7 @@ class TraceChunk:
     size: int
     sha256: str
     data: bytes
+    stride: int  # bytes of every chunk but the last: chunk i is [i * stride, i * stride + len)
 
 
 def parse_trace_chunk(body: Any) -> TraceChunk:
@@ -49,8 +50,10 @@ def parse_trace_chunk(body: Any) -> TraceChunk:
     if chunk >= chunks:
         raise Invalid(f"chunk is not below chunks ({chunks})")
     if chunks > size or chunks * protocol.TRACE_CHUNK_MAX_BYTES < size:
-        raise Invalid(f"chunks does not fit a size of {size} bytes in chunks of at most "
-                      f"{protocol.TRACE_CHUNK_MAX_BYTES} bytes")  # fmt: skip
+        raise Invalid(
+            f"chunks does not fit a size of {size} bytes in chunks of at most "
+            f"{protocol.TRACE_CHUNK_MAX_BYTES} bytes"
+        )
     data = _decode(string(body, "data", max_length=2 * protocol.TRACE_CHUNK_MAX_BYTES) or "")
     if not data:
         raise Invalid("data is empty")
@@ -58,8 +61,39 @@ def parse_trace_chunk(body: Any) -> TraceChunk:
         raise Invalid(f"data holds more than {protocol.TRACE_CHUNK_MAX_BYTES} bytes")
     if len(data) > size:
         raise Invalid(f"data holds more than size ({size}) bytes")
-    return TraceChunk(run_id=run_id, agent_id=agent_id, name=name, chunk=chunk, chunks=chunks,
-                      size=size, sha256=sha256.lower(), data=data)  # fmt: skip
+    stride = chunk_stride(chunk=chunk, chunks=chunks, size=size, length=len(data))
+    return TraceChunk(
+        run_id=run_id,
+        agent_id=agent_id,
+        name=name,
+        chunk=chunk,
+        chunks=chunks,
+        size=size,
+        sha256=sha256.lower(),
+        data=data,
+        stride=stride,
+    )
+
+
+def chunk_stride(*, chunk: int, chunks: int, size: int, length: int) -> int:
+    """The one chunk length (`stride`) of the upload that a chunk of `length` bytes at index
+    `chunk` implies: chunks of `stride` bytes, the last one 1..stride bytes, `size` in all.
+    Invalid when no stride fits: then the chunk is not its place in the declared file, and
+    the chunks of an upload could together hold more than `size` on disk."""
+    if chunks == 1 or chunk < chunks - 1:  # a full chunk: the last one holds what is left
+        stride = length
+    else:  # the last chunk: what is left after chunks - 1 full ones
+        stride = (size - length) // (chunks - 1)
+        if stride * (chunks - 1) + length != size:
+            stride = 0
+    if not (stride >= length and stride * (chunks - 1) < size <= stride * chunks):
+        raise Invalid(
+            f"data holds {length} bytes, which is not chunk {chunk} of {chunks}"
+            f" equal chunks of a {size}-byte file"
+        )
+    if stride > protocol.TRACE_CHUNK_MAX_BYTES:
+        raise Invalid(f"the chunks are longer than {protocol.TRACE_CHUNK_MAX_BYTES} bytes")
+    return stride
 
 
 def _decode(text: str) -> bytes:

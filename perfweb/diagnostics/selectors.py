@@ -6,17 +6,18 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Exists, F, OuterRef, Q
+from django.db.models import Exists, F, OuterRef, Q, Window
+from django.db.models.functions import RowNumber
 from django.utils import timezone
 
 from perfweb.diagnostics import conf
 from perfweb.diagnostics.fix_knobs import fix_knobs
-from perfweb.diagnostics.models import Finding, RunDiagnosis, Trace
+from perfweb.diagnostics.models import Finding, FixVerification, RunDiagnosis, Trace
 from perfweb.diagnostics.summaries import summary_is_current
 from perfweb.diagnostics.workload import run_workload_coverage
 from perfweb.runs.models import Run
 from perfweb_contract.api import RUN_TRACE_PATH
-from perfweb_recommender.rules.base import Evidence, Fix
+from perfweb_recommender.rules.base import HOST_CONDITION_RISK, Evidence, Fix
 from perfweb_recommender.rules.base import Finding as RuleFinding
 
 RECENT = timedelta(days=1)  # the sweep looks at runs seen within this
@@ -24,13 +25,25 @@ SWEEP_LIMIT = 200  # runs enqueued per beat tick at most
 
 
 def findings_for_run(*, run: Run) -> list[Finding]:
-    """Best first."""
+    """Best first: every stored finding, the workload's fixes and the host conditions."""
     return list(Finding.objects.filter(run=run).order_by("rank", "rule_id"))
 
 
+def findings_split_for_run(*, run: Run) -> tuple[list[Finding], list[Finding]]:
+    """(the workload's fixes, the host conditions), each best first: the split the run page
+    and the read API show (the recommender's `split_findings`, on stored rows)."""
+    stored = findings_for_run(run=run)
+    return (
+        [f for f in stored if f.risk != HOST_CONDITION_RISK],
+        [f for f in stored if f.risk == HOST_CONDITION_RISK],
+    )
+
+
 def finding_top_for_run(*, run: Run) -> Finding | None:
-    """The run's best-ranked stored finding (what an alert's "why" should say), or None."""
-    return Finding.objects.filter(run=run).order_by("rank", "rule_id").first()
+    """The run's best-ranked stored fix of the workload (what an alert's "why" should say;
+    a host condition is no fix), or None."""
+    fixes = Finding.objects.filter(run=run).exclude(risk=HOST_CONDITION_RISK)
+    return fixes.order_by("rank", "rule_id").first()
 
 
 def finding_for_run(*, run: Run, rule_id: str | None = None) -> RuleFinding | None:
@@ -88,10 +101,12 @@ def run_findings_json(*, run: Run) -> dict[str, Any]:
     """`GET /api/v1/runs/<run_id>/findings`."""
     state = RunDiagnosis.objects.filter(run=run).first()
     diagnosed = state.diagnosed_at if state else None
+    fixes, host_conditions = findings_split_for_run(run=run)
     return {
         "run": run.run_id,
         "diagnosed_at": diagnosed.timestamp() if diagnosed else None,
-        "findings": [finding_json(finding=f) for f in findings_for_run(run=run)],
+        "findings": [finding_json(finding=f) for f in fixes],
+        "host_conditions": [finding_json(finding=f) for f in host_conditions],
         "traces": traces_json(run=run),
         "coverage": run_workload_coverage(run=run).as_json(),  # what "no findings" rests on
     }
@@ -138,18 +153,24 @@ def runs_due_for_diagnosis(
     *, now: datetime | None = None, limit: int = SWEEP_LIMIT, run_pk: int | None = None
 ) -> list[int]:
     """Primary keys of runs with data their last diagnosis has not seen: never diagnosed,
-    newer samples (an ended run at once, a running one once its interval has passed) or a
-    trace stored since. Runs whose diagnosis is claimed right now are left alone. With
-    `run_pk`, only that run (is it still due?)."""
+    newer samples (an ended run at once, a running one once its interval has passed), a
+    trace stored or a fix verified since. Runs whose diagnosis is claimed right now are left
+    alone. The projects take turns: each project's first due run (the longest waiting)
+    comes before any project's second, so one project's many runs cannot keep another's
+    out of the `limit`. With `run_pk`, only that run (is it still due?)."""
     now = now or timezone.now()
     interval_ago = now - timedelta(seconds=conf.diagnose_interval_s())
     new_trace = Trace.objects.filter(
         run=OuterRef("pk"), created_at__gt=OuterRef("diagnosis__diagnosed_at")
     )
+    new_verification = FixVerification.objects.filter(
+        run=OuterRef("pk"), updated_at__gt=OuterRef("diagnosis__diagnosed_at")
+    )
     due = (
         Q(diagnosis__isnull=True)
         | Q(diagnosis__diagnosed_at__isnull=True)
         | Q(Exists(new_trace))
+        | Q(Exists(new_verification))
         | (
             Q(last_seen_at__gt=F("diagnosis__data_seen_at"))
             & (~Q(status=Run.RUNNING) | Q(diagnosis__diagnosed_at__lte=interval_ago))
@@ -160,6 +181,9 @@ def runs_due_for_diagnosis(
         runs.filter(last_seen_at__gte=now - RECENT)
         .exclude(diagnosis__claimed_until__gt=now)
         .filter(due)
-        .order_by("last_seen_at")
+        .annotate(
+            turn=Window(RowNumber(), partition_by=F("project_id"), order_by=F("last_seen_at").asc())
+        )
+        .order_by("turn", "last_seen_at")
     )
     return list(runs.values_list("id", flat=True)[:limit])

@@ -14,7 +14,9 @@ from datetime import timedelta
 from typing import Any
 
 import orjson
+from celery import signature
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from perfweb.diagnostics import conf, quotas, uploads
@@ -24,18 +26,25 @@ from perfweb.diagnostics.evidence import run_evidence
 from perfweb.diagnostics.models import Finding, RunDiagnosis, Trace
 from perfweb.diagnostics.schemas import TraceChunk
 from perfweb.diagnostics.summaries import summary_is_current, summary_to_json
+from perfweb.errors import ClientError
 from perfweb.projects.models import Project
 from perfweb.runs.models import Run, RunProcess
 from perfweb.runs.services import RunNotFound, run_heartbeat
 from perfweb_recommender.analysis.summary import summarize
-from perfweb_recommender.analysis.trace_tables import trace_tables
+from perfweb_recommender.analysis.trace_tables import tables_fit, trace_tables
 from perfweb_recommender.api import analyze_evidence
 from perfweb_recommender.errors import InputError
+from perfweb_recommender.replay import replay_evidence
+from perfweb_recommender.replay.plan import plan_or_empty
 from perfweb_recommender.rules.base import Finding as RuleFinding
 from perfweb_recommender.rules.base import rank_findings
 from perfweb_recommender.trace.loader import load_trace
 
 log = logging.getLogger(__name__)
+# The diagnosis task, by name: tasks.py imports this module to run it, so this one sends it by
+# its registered name (apps.py registers it; Celery resolves the name to the task itself, so
+# eager mode and routing are the task's).
+DIAGNOSE_TASK = "perfweb.diagnostics.tasks.diagnose_run_task"
 
 
 def claim_ttl() -> timedelta:
@@ -45,12 +54,16 @@ def claim_ttl() -> timedelta:
     return timedelta(seconds=conf.diagnose_claim_ttl_s())
 
 
-class TraceTooLarge(Exception):
+class TraceTooLarge(ClientError):
     """The trace is over the server's cap (PERFWEB_TRACE_MAX_BYTES)."""
 
+    status = 413
 
-class TraceConflict(Exception):
+
+class TraceConflict(ClientError):
     """The agent already stored a different trace under that name."""
+
+    status = 409
 
 
 @dataclass(frozen=True)
@@ -76,7 +89,7 @@ def trace_chunk_store(*, project: Project, chunk: TraceChunk) -> ChunkResult:
         if stored.sha256 != chunk.sha256:
             raise TraceConflict(f"trace {chunk.name} is already stored with another sha256")
         return ChunkResult(complete=True, trace=stored)  # a repeated chunk of a stored trace
-    quotas.partial_quota_check(project=project, chunk=chunk)
+    quotas.upload_quota_check(project=project, run=run, chunk=chunk)
     if not uploads.chunk_stage(chunk):
         run_heartbeat(project=project, run_id=run.run_id, agent_id=chunk.agent_id)
         return ChunkResult(complete=False)
@@ -96,19 +109,51 @@ def _trace_create(*, run: Run, chunk: TraceChunk, path: str) -> Trace:
     try:
         with transaction.atomic():
             trace = Trace.objects.create(
-                run=run, agent_id=chunk.agent_id, name=chunk.name, rank=rank, path=path,
-                size=chunk.size, sha256=chunk.sha256,
-            )  # fmt: skip
+                run=run,
+                agent_id=chunk.agent_id,
+                name=chunk.name,
+                rank=rank,
+                path=path,
+                size=chunk.size,
+                sha256=chunk.sha256,
+            )
             transaction.on_commit(lambda: diagnosis_enqueue(run_pk=run.pk))
     except IntegrityError:  # the same last chunk arrived twice at once: the other one won
         return Trace.objects.get(run=run, agent_id=chunk.agent_id, name=chunk.name)
     return trace
 
 
-def diagnosis_enqueue(*, run_pk: int) -> None:
-    from perfweb.diagnostics.tasks import diagnose_run_task
+def diagnosis_enqueue(*, run_pk: int, only_if_due: bool = False) -> bool:
+    """Sends one diagnosis message for the run, unless one is pending already (requests
+    coalesce: a flood of traces is one diagnosis) or the run's project has
+    PERFWEB_DIAGNOSE_PROJECT_PENDING pending (one project's flood cannot fill the queue
+    ahead of everyone else's); True when sent. A request not sent is not lost: what it asked
+    for (a trace, new data, a verified fix) makes the run due for beat's sweep
+    (selectors.runs_due_for_diagnosis), and a pending message diagnoses a due run."""
+    project_id = Run.objects.filter(id=run_pk).values_list("project_id", flat=True).first()
+    if project_id is None:  # deleted meanwhile
+        return False
+    now = timezone.now()
+    expired = now - timedelta(seconds=conf.diagnose_queued_ttl_s())
+    state, _ = RunDiagnosis.objects.get_or_create(run_id=run_pk)
+    pending = RunDiagnosis.objects.filter(run__project_id=project_id, queued_at__gt=expired)
+    if pending.exclude(id=state.id).count() >= conf.diagnose_project_pending():
+        return False
+    marked = (
+        RunDiagnosis.objects.filter(id=state.id)
+        .filter(Q(queued_at__isnull=True) | Q(queued_at__lte=expired))
+        .update(queued_at=now)
+    )
+    if marked != 1:
+        return False  # one is pending: it will see this request's data
+    signature(DIAGNOSE_TASK, args=(run_pk,), kwargs={"only_if_due": only_if_due}).delay()
+    return True
 
-    diagnose_run_task.delay(run_pk)
+
+def diagnosis_taken(*, run_pk: int) -> None:
+    """A worker took the run's pending message: later requests send a new one (the data
+    they bring may arrive after this diagnosis has read the run's)."""
+    RunDiagnosis.objects.filter(run_id=run_pk, queued_at__isnull=False).update(queued_at=None)
 
 
 def trace_analyse(*, trace: Trace) -> Trace:
@@ -118,11 +163,18 @@ def trace_analyse(*, trace: Trace) -> Trace:
         return trace
     path = conf.trace_dir() / trace.path
     try:
-        loaded = load_trace(path, fallback_rank=trace.rank or 0)
+        budget = conf.diagnosis_memory_mb()
+        # The tables first: each reader stays inside the budget, not both at once.
+        tables = trace_tables(path) if tables_fit(path, budget) else None
+        loaded = load_trace(path, fallback_rank=trace.rank or 0, memory_budget_mb=budget)
         if trace.rank is not None:
             loaded.rank = trace.rank
-        tables = trace_tables(path)
-        trace.summary = summary_to_json(summarize(loaded), tables=tables)
+        summary = summarize(loaded)
+        summary.replay_plan = plan_or_empty(path)
+        if tables is None:
+            skipped = f"operator and kernel tables not built (over the {budget} MB budget)"
+            summary.degraded = f"{summary.degraded}; {skipped}" if summary.degraded else skipped
+        trace.summary = summary_to_json(summary, tables=tables)
         trace.analysis_error = ""
     except InputError as error:
         trace.summary, trace.analysis_error = None, str(error)[:500]
@@ -162,8 +214,12 @@ def diagnose_run(*, run: Run) -> list[Finding] | None:
         with claim_kept(state=state, ttl=claim_ttl):
             for trace in Trace.objects.filter(run=run, analysis_error=""):
                 trace_analyse(trace=trace)
-            report = analyze_evidence(run_evidence(run=run), run_id=run.run_id)
-            findings = findings_store(run=run, findings=_with_cross_run(run, report.findings))
+            evidence = run_evidence(run=run)
+            replay_evidence(evidence)  # the run's shapes both ways, in a helper process
+            report = analyze_evidence(evidence, run_id=run.run_id)
+            findings = findings_store(
+                run=run, findings=_with_cross_run(run, [*report.findings, *report.host_conditions])
+            )
     except Exception as error:
         RunDiagnosis.objects.filter(id=state.id).update(claimed_until=None, error=str(error)[:500])
         raise
@@ -174,9 +230,10 @@ def diagnose_run(*, run: Run) -> list[Finding] | None:
 
 
 def _with_cross_run(run: Run, findings: list[RuleFinding]) -> list[RuleFinding]:
-    """The rules' findings plus `run.regression` against the job's baseline run, ranked."""
+    """The rules' findings plus `run.regression` against the job's baseline run, ranked (the
+    workload's fixes first, then the host conditions)."""
     regression = regression_for(run=run)
-    return rank_findings([*findings, regression]) if regression else findings
+    return rank_findings([*findings, regression] if regression else findings)
 
 
 def findings_store(*, run: Run, findings: list[RuleFinding]) -> list[Finding]:

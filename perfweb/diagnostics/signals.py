@@ -1,5 +1,4 @@
-"""A verified or refuted fix re-ranks the run's findings (measured gain beats estimate); a
-deleted trace row (its run deleted) takes its file with it."""
+"""A deleted trace row (its run deleted) takes its file with it."""
 
 from __future__ import annotations
 
@@ -11,14 +10,6 @@ from django.dispatch import receiver
 
 from perfweb.diagnostics import conf
 from perfweb.diagnostics.models import Trace
-from perfweb.diagnostics.services import diagnosis_enqueue
-from perfweb.jobs.signals import fix_verification_changed
-
-
-@receiver(fix_verification_changed, dispatch_uid="diagnostics-rerank")
-def _rerank_on_verification(sender: Any, *, run: Any, **kwargs: Any) -> None:
-    run_pk = run.pk
-    transaction.on_commit(lambda: diagnosis_enqueue(run_pk=run_pk))
 
 
 @receiver(post_delete, sender=Trace, dispatch_uid="diagnostics-trace-file")

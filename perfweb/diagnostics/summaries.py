@@ -15,11 +15,12 @@ import orjson
 from perfweb_recommender.analysis.gpu_time import Temporal
 from perfweb_recommender.analysis.summary import TraceSummary
 
-FORMAT = 4  # bump when the stored shape changes: older summaries are analysed again
+FORMAT = 6  # bump when the stored shape changes: older summaries are analysed again
 # 2: the operator and kernel tables (perfweb_recommender.analysis.trace_tables) stored beside it
 # 3: the summary's compile markers, GPU-side step timeline, collectives, training flag and
 #    CPU event count (issue 18)
 # 4: module types' share of the traced time (perfweb_recommender.analysis.module_time, issue 19)
+# 6: the replay plan, the run's recorded operator shapes (perfweb_recommender.replay, issue 32)
 
 
 def summary_to_json(

@@ -15,6 +15,7 @@ def diagnose_run_task(run_id: int, only_if_due: bool = False) -> None:
     run = Run.objects.filter(id=run_id).first()
     if run is None:  # deleted meanwhile
         return
+    services.diagnosis_taken(run_pk=run.id)
     if only_if_due and not selectors.runs_due_for_diagnosis(run_pk=run.id):
         return
     services.diagnose_run(run=run)
@@ -23,9 +24,12 @@ def diagnose_run_task(run_id: int, only_if_due: bool = False) -> None:
 @shared_task(acks_late=True, ignore_result=True)
 def diagnose_sweep_task() -> int:
     """Beat: enqueue every run with data its last diagnosis has not seen (a running run at
-    most every PERFWEB_DIAGNOSE_INTERVAL s); also the net under any lost message."""
-    run_pks = selectors.runs_due_for_diagnosis()
-    for run_pk in run_pks:
-        diagnose_run_task.delay(run_pk, only_if_due=True)
+    most every PERFWEB_DIAGNOSE_INTERVAL s), the projects' runs taken in turn, each through
+    the coalescing of services.diagnosis_enqueue; also the net under any lost message and
+    under requests the project's bound held back. Returns how many were sent."""
+    sent = sum(
+        services.diagnosis_enqueue(run_pk=run_pk, only_if_due=True)
+        for run_pk in selectors.runs_due_for_diagnosis()
+    )
     uploads.staging_sweep(older_than_s=conf.partial_ttl_s())
-    return len(run_pks)
+    return sent

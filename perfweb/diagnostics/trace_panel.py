@@ -6,11 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from perfweb.dashboard.panels import Panel
 from perfweb.diagnostics import selectors
 from perfweb.diagnostics.formatting import pct
 from perfweb.diagnostics.models import Trace
+from perfweb.pages.panels import Panel
 from perfweb.runs.models import Run
+from perfweb_contract.protocol import WindowName
+from perfweb_recommender.coverage import workload_kind
 
 TABLE_ROWS = 10
 BREAKDOWN = (
@@ -22,6 +24,7 @@ BREAKDOWN = (
     ("cpu_exec", "CPU execution"),
     ("other", "Other"),
 )
+DEVICE_CATEGORIES = ("kernel", "memcpy", "memset", "runtime")
 
 
 def traces_panel(*, run: Run, user: Any) -> Panel | None:
@@ -38,16 +41,20 @@ def traces_panel(*, run: Run, user: Any) -> Panel | None:
 def trace_view(*, run: Run, trace: Trace) -> dict[str, Any]:
     tables = selectors.trace_tables_of(trace)
     summary = (trace.summary or {}).get("summary") or {}
+    kind = workload_kind(facts=run.facts or {}, steps=run.step_count)
     return {
         "id": trace.id,
         "name": trace.name,
         "rank": trace.rank,
         "size": trace.size,
         "error": trace.analysis_error,
-        "analysed": tables is not None,
+        "analysed": tables is not None or summary.get("degraded") is not None,
+        "degraded": summary.get("degraded"),
         "download": selectors.trace_download_url(run=run, trace=trace),
         "filename": f"{run.run_id}-{trace.name}.pt.trace.json.gz",
-        "tables": _tables_view(tables, summary) if tables is not None else None,
+        "tables": _tables_view(tables, summary, window=WindowName.parse(trace.name), kind=kind)
+        if tables is not None
+        else None,
     }
 
 
@@ -55,12 +62,25 @@ def _ms(us: float) -> str:
     return f"{us / 1000:,.3f}"
 
 
-def _tables_view(tables: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
+def _tables_view(
+    tables: dict[str, Any], summary: dict[str, Any], *, window: WindowName | None, kind: str | None
+) -> dict[str, Any]:
     operators = tables.get("operators", [])
     by_device = sorted(operators, key=lambda r: (-r["device_self_us"], r["name"]))
     kernels = tables.get("kernels", [])
+    # ProfilerStep markers count training steps; an inference window has none, and the
+    # agent's window name says how many requests it spanned.
+    steps = tables.get("steps", 0) or (window.steps if window is not None else 0)
+    unit = "request" if kind == "inference" else "step"
     return {
-        "steps": tables.get("steps", 0),
+        "steps": steps,
+        "window_text": f"over the window of {steps:,} {unit}{'' if steps == 1 else 's'}"
+        if steps
+        else "over the whole window",
+        # a CPU run's trace has no device time: five columns of 0.000 say nothing
+        "device_columns": any(
+            r["device_self_us"] > 0 or r["device_total_us"] > 0 for r in operators
+        ),
         "host_ops": [_op_row(r) for r in operators[:TABLE_ROWS]],
         "device_ops": [_op_row(r) for r in by_device[:TABLE_ROWS] if r["device_self_us"] > 0],
         "kernels": [_kernel_row(r) for r in kernels[:TABLE_ROWS]],
@@ -107,9 +127,19 @@ def _breakdown(summary: dict[str, Any]) -> list[dict[str, str]]:
     if not steady or total <= 0:
         return []
     rows = []
+    spent_by_key = {key: sum(s.get(f"{key}_us", 0.0) for s in steady) for key, _ in BREAKDOWN}
+    no_device = not any(spent_by_key[key] for key in DEVICE_CATEGORIES)
     for key, label in BREAKDOWN:
-        spent = sum(s.get(f"{key}_us", 0.0) for s in steady)
-        rows.append({"key": key, "label": label, "ms": _ms(spent / len(steady)),
-                     "share": pct(spent / total)})  # fmt: skip
+        if no_device and key in DEVICE_CATEGORIES:
+            continue  # a CPU run: rows of 0.000 device time say nothing
+        spent = spent_by_key[key]
+        rows.append(
+            {
+                "key": key,
+                "label": label,
+                "ms": _ms(spent / len(steady)),
+                "share": pct(spent / total),
+            }
+        )
     rows.append({"key": "step", "label": "Step", "ms": _ms(total / len(steady)), "share": ""})
     return rows

@@ -3,12 +3,15 @@ joined, checked (size, sha256, gzip) and renamed into the offline layout.
 
 ```
 <trace dir>/<run>/<agent>/traces/<name>.pt.trace.json.gz          complete traces
-<trace dir>/<run>/<agent>/.partial/<name>/<sha256>-<size>-<chunks>/<index>.part
-<trace dir>/<run>/<agent>/.partial/<name>/<sha256>-<size>-<chunks>/.begun   its first chunk's time
+<trace dir>/<run>/<agent>/.partial/<name>/<sha256>-<size>-<chunks>-<stride>/<index>.part
+<trace dir>/<run>/<agent>/.partial/<name>/<sha256>-<size>-<chunks>-<stride>/.begun
 ```
+(`.begun`'s time is when the upload's first chunk arrived.)
 A chunk is written to a temporary name and renamed, so a repeated or concurrent chunk is
-stored once and a reader never sees half of one. The database learns of a trace only when
-it is complete (services.trace_chunk_store).
+stored once and a reader never sees half of one. Every chunk's length is its place in the
+declared file (schemas.chunk_stride) and the stride is part of the folder's name, so the
+chunks in one folder hold at most its `size` bytes: what the quotas count (quotas.py). The
+database learns of a trace only when it is complete (services.trace_chunk_store).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from pathlib import Path
 
 from perfweb.diagnostics import conf
 from perfweb.diagnostics.schemas import TraceChunk
+from perfweb.errors import ClientError
 
 TRACE_SUFFIX = ".pt.trace.json.gz"
 GZIP_MAGIC = b"\x1f\x8b"
@@ -31,7 +35,7 @@ BEGUN = ".begun"  # created with the staging folder: its mtime is when the uploa
 COPY_BYTES = 1024 * 1024
 
 
-class BadTrace(Exception):
+class BadTrace(ClientError):
     """The joined chunks are not the file the client described; str() says how."""
 
 
@@ -49,7 +53,7 @@ def staging(chunk: TraceChunk) -> Path:
 
 
 def _staging(chunk: TraceChunk) -> Path:
-    key = f"{chunk.sha256}-{chunk.size}-{chunk.chunks}"
+    key = f"{chunk.sha256}-{chunk.size}-{chunk.chunks}-{chunk.stride}"
     return agent_dir(run_id=chunk.run_id, agent_id=chunk.agent_id) / PARTIAL / chunk.name / key
 
 

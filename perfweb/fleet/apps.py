@@ -10,6 +10,6 @@ class FleetConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from perfweb.dashboard.nav import NavLink, register_nav_link
+        from perfweb.pages.nav import NavLink, register_nav_link
 
         register_nav_link(NavLink(label="Fleet", url_name="fleet:waste", prefix="/fleet/"))

@@ -28,6 +28,7 @@ class SnapshotCollector:
         yield from self._runs()
         yield from self._latest()
         yield from self._steps()
+        yield from self._phases()
         yield from self._scalars()
         yield from self._findings()
 
@@ -42,7 +43,8 @@ class SnapshotCollector:
             by_status.add_metric([self.snapshot.project, status], count)
         yield by_status
         info = GaugeMetricFamily(
-            "perfweb_run_live", "1 for each running run, with its kind (training or inference)",
+            "perfweb_run_live",
+            "1 for each running run, with its kind (training or inference)",
             labels=[*RUN_LABELS, "kind"],
         )
         for run in self.snapshot.runs:
@@ -61,11 +63,13 @@ class SnapshotCollector:
         labels = [*RUN_LABELS, "rank", "quantile"]
         step = GaugeMetricFamily(
             "perfweb_step_duration_seconds",
-            "training step time over the last minute, by quantile", labels=labels,
+            "training step time over the last minute, by quantile",
+            labels=labels,
         )
         latency = GaugeMetricFamily(
             "perfweb_request_latency_seconds",
-            "inference request latency over the last minute, by quantile", labels=labels,
+            "inference request latency over the last minute, by quantile",
+            labels=labels,
         )
         wait = GaugeMetricFamily(
             "perfweb_data_wait_ratio",
@@ -80,6 +84,29 @@ class SnapshotCollector:
                 wait.add_metric([*self._run_values(stats.run), stats.rank], stats.data_wait_share)
         yield from (step, latency, wait)
 
+    def _phases(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily(
+            "perfweb_step_phase_seconds",
+            "the step anatomy: median seconds per step in each phase (data, copy, forward, "
+            "backward, optimizer, collective, output_copy, other) over the last minute",
+            labels=[*RUN_LABELS, "rank", "phase"],
+        )
+        for value in self.snapshot.phases:
+            family.add_metric(
+                [*self._run_values(value.run), value.rank, value.phase], value.seconds
+            )
+        yield family
+        mfu = GaugeMetricFamily(
+            "perfweb_model_flops_utilization_ratio",
+            "model FLOP utilisation: one step's FLOPs (counted once) over the last minute's "
+            "median step, against the device's peak for the run's dtype (or the CPU's "
+            "measured peak)",
+            labels=[*RUN_LABELS, "rank"],
+        )
+        for run, rank, ratio in self.snapshot.mfu:
+            mfu.add_metric([*self._run_values(run), rank], ratio)
+        yield mfu
+
     def _scalars(self) -> Iterator[Metric]:
         family = GaugeMetricFamily(
             "perfweb_script_scalar",
@@ -88,8 +115,9 @@ class SnapshotCollector:
             labels=[*RUN_LABELS, "rank", "name"],
         )
         for scalar in self.snapshot.scalars:
-            family.add_metric([*self._run_values(scalar.run), scalar.rank, scalar.name],
-                              scalar.value)  # fmt: skip
+            family.add_metric(
+                [*self._run_values(scalar.run), scalar.rank, scalar.name], scalar.value
+            )
         yield family
 
     def _findings(self) -> Iterator[Metric]:

@@ -13,6 +13,4 @@ class GpuPrice(models.Model):
     price_per_hour = models.FloatField()
 
     class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["project", "model"], name="gpuprice_unique")
-        ]
+        constraints = [models.UniqueConstraint(fields=["project", "model"], name="gpuprice_unique")]

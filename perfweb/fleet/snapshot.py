@@ -12,14 +12,17 @@ import numpy as np
 from django.db.models import Count
 from django.utils import timezone
 
+from perfweb.diagnostics.evidence import device_rows
 from perfweb.diagnostics.models import Finding
 from perfweb.projects.models import Project
 from perfweb.runs.models import Run
 from perfweb.series.recent import recent_samples
 from perfweb_contract import protocol
 from perfweb_contract.protocol import STEP_DATA_WAIT, STEP_DURATION
+from perfweb_recommender.compute import utilisation
 from perfweb_recommender.conditions import Series
 from perfweb_recommender.coverage import workload_kind
+from perfweb_recommender.evidence import RunEvidence
 
 # stored metric -> (exported name, help). Gauges of the latest sample of each device.
 LATEST_GAUGES: dict[str, tuple[str, str]] = {
@@ -72,6 +75,16 @@ class StepStats:
     data_wait_share: float | None
 
 
+@dataclass(frozen=True)
+class PhaseValue:
+    """The median over the last minute of one phase of the step anatomy, per rank."""
+
+    run: RunLabels
+    rank: str
+    phase: str  # perfweb_contract.protocol.STEP_PHASES
+    seconds: float
+
+
 @dataclass
 class Snapshot:
     project: str
@@ -80,6 +93,8 @@ class Snapshot:
     latest: dict[str, list[DeviceValue]] = field(default_factory=dict)  # by stored metric
     steps: list[StepStats] = field(default_factory=list)
     scalars: list[ScalarValue] = field(default_factory=list)
+    phases: list[PhaseValue] = field(default_factory=list)
+    mfu: list[tuple[RunLabels, str, float]] = field(default_factory=list)  # run, rank, MFU
     findings: list[tuple[RunLabels, str, str, float]] = field(default_factory=list)
 
 
@@ -102,12 +117,17 @@ def fleet_snapshot(*, project: Project, now: float | None = None) -> Snapshot:
     snapshot.runs_by_status = {status: n for status, n in counts}
     live = list(Run.objects.filter(project=project, status=Run.RUNNING).order_by("id"))
     labels = {run.id: _labels(run) for run in live}
+    live_runs = {run.id: run for run in live}
     snapshot.runs = list(labels.values())
-    names = [*LATEST_GAUGES, STEP_DURATION, STEP_DATA_WAIT]
+    phase_names = [protocol.step_phase_series(phase) for phase in protocol.STEP_PHASES]
+    names = [*LATEST_GAUGES, STEP_DURATION, STEP_DATA_WAIT, *phase_names]
     recent = recent_samples(
-        run_ids=labels, names=names, start=end - LATEST_WINDOW_S, end=end,
+        run_ids=labels,
+        names=names,
+        start=end - LATEST_WINDOW_S,
+        end=end,
         prefix=protocol.SCALAR_PREFIX,
-    )  # fmt: skip
+    )
     for run_id, series in sorted(recent.items()):
         run = labels[run_id]
         for (device, name), samples in sorted(series.items()):
@@ -119,11 +139,18 @@ def fleet_snapshot(*, project: Project, now: float | None = None) -> Snapshot:
                 _gpu, rank = device_labels(device)
                 short = name[len(protocol.SCALAR_PREFIX) :]
                 snapshot.scalars.append(ScalarValue(run, rank, short, samples.v[-1]))
+            elif name.startswith(protocol.STEP_PHASE_PREFIX):
+                phase = _phase_median(run, device, name, samples, end)
+                if phase is not None:
+                    snapshot.phases.append(phase)
             elif name == STEP_DURATION:
                 waits = series.get((device, STEP_DATA_WAIT))
                 stats = _step_stats(run, device, samples, waits, end)
                 if stats is not None:
                     snapshot.steps.append(stats)
+                    mfu = _mfu(live_runs[run_id], stats.quantiles[0.5])
+                    if mfu is not None:
+                        snapshot.mfu.append((run, stats.rank, mfu))
     rows = Finding.objects.filter(run_id__in=labels).order_by("run_id", "rank")
     columns = ("run_id", "rule_id", "risk", "estimated_gain")
     for run_id, rule_id, risk, gain in rows.values_list(*columns):
@@ -135,9 +162,31 @@ def _labels(run: Run) -> RunLabels:
     """The run's labels; `kind` as every other page labels it (perfweb_recommender.coverage)."""
     facts = run.facts if isinstance(run.facts, dict) else {}
     return RunLabels(
-        run=run.run_id, run_name=run.name, host=run.host,
+        run=run.run_id,
+        run_name=run.name,
+        host=run.host,
         kind=workload_kind(facts=facts, steps=run.step_count) or "unknown",
     )
+
+
+def _mfu(run: Run, step_s: float) -> float | None:
+    """The run's MFU at this median step (perfweb_recommender.compute), None when unknown."""
+    facts = run.facts if isinstance(run.facts, dict) else {}
+    if not facts.get("flops.per_step"):
+        return None
+    evidence = RunEvidence(facts=facts, devices=device_rows(run=run))
+    return utilisation(evidence, step_s=step_s).mfu
+
+
+def _phase_median(
+    run: RunLabels, device: str, name: str, samples: Series, end: float
+) -> PhaseValue | None:
+    t, v = np.asarray(samples.t), np.asarray(samples.v)
+    v = v[t >= end - STEP_WINDOW_S]
+    if v.size == 0:
+        return None
+    phase = name[len(protocol.STEP_PHASE_PREFIX) :]
+    return PhaseValue(run, device_labels(device)[1], phase, float(np.median(v)))
 
 
 def _step_stats(

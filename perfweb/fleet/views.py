@@ -1,31 +1,25 @@
-"""Fleet views: `/metrics` for Prometheus, the waste page and its read-API twin, and a
-project's GPU prices. Thin: parse, call one function, answer."""
+"""Fleet views: `/metrics` for Prometheus, the waste page, and a project's GPU prices (the
+page's read-API twin, `GET /api/v1/waste`, is perfweb/api/fleet.py). Thin: parse, call one
+function, answer."""
 
 from __future__ import annotations
 
-import re
-
 from django.contrib.auth.decorators import login_required
-from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from perfweb.api.auth import bearer_project
-from perfweb.api.endpoint import READER, endpoint
-from perfweb.api.http import error_response, json_response
 from perfweb.fleet import conf, services
 from perfweb.fleet.exporter import exposition
 from perfweb.fleet.models import GpuPrice
-from perfweb.fleet.selectors import WINDOWS, waste_report
+from perfweb.fleet.selectors import WINDOWS, BadQuery, waste_query, waste_report
 from perfweb.fleet.snapshot import fleet_snapshot
+from perfweb.http.auth import bearer_project
+from perfweb.http.bodies import error_response
 from perfweb.projects.selectors import project_list_for_user
-from perfweb.runs.models import Run
 from perfweb.runs.selectors import run_queryset
-
-TAG_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 
 
 @require_GET
@@ -37,47 +31,31 @@ def metrics(request: HttpRequest) -> HttpResponse:
     return HttpResponse(body, content_type=CONTENT_TYPE_LATEST)
 
 
-class _BadQuery(Exception):
-    pass
-
-
-def _query(request: HttpRequest, runs: QuerySet[Run]) -> tuple[QuerySet[Run], str, str]:
-    window = request.GET.get("window", "week")
-    if window not in WINDOWS:
-        raise _BadQuery(f"window is not one of {', '.join(WINDOWS)}")
-    tag = request.GET.get("tag", "user")
-    if not TAG_RE.match(tag):
-        raise _BadQuery("tag is not a tag name (letters, digits, _ . : -, at most 64)")
-    project = request.GET.get("project")
-    if project:
-        runs = runs.filter(project__name=project)
-    return runs, window, tag
-
-
-@endpoint("GET", auth=READER)
-def waste_api(request: HttpRequest, *, runs: QuerySet[Run]) -> HttpResponse:
-    try:
-        runs, window, tag = _query(request, runs)
-    except _BadQuery as error:
-        return error_response(str(error), 400)
-    return json_response(waste_report(runs=runs, window=window, now=timezone.now(), tag=tag))
-
-
 @require_GET
 @login_required
 def waste_page(request: HttpRequest) -> HttpResponse:
     try:
-        runs, window, tag = _query(request, run_queryset(user=request.user))
-    except _BadQuery as error:
+        runs, window, tag = waste_query(request.GET, run_queryset(user=request.user))
+    except BadQuery as error:
         raise Http404(str(error)) from None
     report = waste_report(runs=runs, window=window, now=timezone.now(), tag=tag)
     projects = project_list_for_user(user=request.user).order_by("name")
-    return render(request, "fleet/waste.html", {
-        "report": report, "window": window, "windows": list(WINDOWS), "tag": tag,
-        "project": request.GET.get("project", ""), "projects": projects,
-        "prices": GpuPrice.objects.filter(project__in=projects).order_by("project__name", "model"),
-        "default_prices": conf.default_prices(),
-    })
+    return render(
+        request,
+        "fleet/waste.html",
+        {
+            "report": report,
+            "window": window,
+            "windows": list(WINDOWS),
+            "tag": tag,
+            "project": request.GET.get("project", ""),
+            "projects": projects,
+            "prices": GpuPrice.objects.filter(project__in=projects).order_by(
+                "project__name", "model"
+            ),
+            "default_prices": conf.default_prices(),
+        },
+    )
 
 
 @require_POST
@@ -92,7 +70,8 @@ def price_save(request: HttpRequest) -> HttpResponse:
     else:
         try:
             services.gpu_price_set(
-                project=project, model=request.POST.get("model", ""),
+                project=project,
+                model=request.POST.get("model", ""),
                 price=request.POST.get("price", ""),
             )
         except ValueError as error:

@@ -83,8 +83,13 @@ def covered_durations(t: np.ndarray, start: float, end: float, max_gap: float) -
 
 
 def gpu_time(
-    *, utilization: Series, memory: Series | None, energy: Series | None,
-    start: float, end: float, max_gap: float = MAX_SAMPLE_GAP_S,
+    *,
+    utilization: Series,
+    memory: Series | None,
+    energy: Series | None,
+    start: float,
+    end: float,
+    max_gap: float = MAX_SAMPLE_GAP_S,
 ) -> GpuTime:
     """One GPU's time over [start, end] from its utilisation, memory and energy samples."""
     result = GpuTime()

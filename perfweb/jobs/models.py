@@ -1,8 +1,8 @@
 """Optimisation jobs: measure a fix A/B on the host where the run ran.
 
-A job is a run plus knob settings from the closed list (contract/knobs.py), never a command: the
-runner runs the command an agent recorded on its own host. Claims expire, so a runner that
-dies leaves a job that the sweep marks failed rather than one stuck "running".
+A job is a run plus knob settings from the closed list (contract/perfweb_contract/knobs.py), never a
+command: the runner runs the command an agent recorded on its own host. Claims expire, so a runner
+that dies leaves a job that the sweep marks failed rather than one stuck "running".
 """
 
 from __future__ import annotations
@@ -12,7 +12,9 @@ from django.db import models
 
 from perfweb.projects.models import Project
 from perfweb.runs.models import Run
-from perfweb_agent.ab.stats import AGREEMENT_RTOL, AGREEMENT_TOP1_MIN
+from perfweb_contract.ab.results import AGREEMENT_RTOL, AGREEMENT_TOP1_MIN
+from perfweb_contract.jobs import RUNNER_ID_MAX
+from perfweb_contract.protocol import HOST_MAX
 from perfweb_contract.verdicts import VERDICT_LABELS
 
 
@@ -27,7 +29,7 @@ class Job(models.Model):
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="jobs")
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="jobs")
-    host = models.CharField(max_length=255)  # the run's host: only its runner may claim it
+    host = models.CharField(max_length=HOST_MAX)  # the run's host: only its runner may claim it
     finding_id = models.CharField(
         max_length=100, blank=True
     )  # FIXES.md id, e.g. dataloader.num_workers
@@ -37,8 +39,9 @@ class Job(models.Model):
     time_budget_s = models.PositiveIntegerField(default=1800)  # no extra round past this
     steps = models.PositiveIntegerField(default=20)
     warmup = models.PositiveIntegerField(default=3)
-    # Output agreement a faster candidate must keep to count as verified (agent/ab/stats.py):
-    # top-1 agreement at least `agreement_top1`, max relative difference at most `agreement_rtol`.
+    # Output agreement a faster candidate must keep to count as verified
+    # (contract/perfweb_contract/ab/results.py): top-1 agreement at least `agreement_top1`, max
+    # relative difference at most `agreement_rtol`.
     agreement_top1 = models.FloatField(default=AGREEMENT_TOP1_MIN)
     agreement_rtol = models.FloatField(default=AGREEMENT_RTOL)
     created_by = models.ForeignKey(
@@ -46,7 +49,7 @@ class Job(models.Model):
     )
     status = models.CharField(max_length=10, choices=STATUSES, default=QUEUED)
     claim_token = models.CharField(max_length=64, blank=True)  # sha256 of the claim secret
-    runner_id = models.CharField(max_length=64, blank=True)
+    runner_id = models.CharField(max_length=RUNNER_ID_MAX, blank=True)
     claimed_at = models.DateTimeField(null=True, blank=True)
     claim_expires_at = models.DateTimeField(null=True, blank=True)
     result = models.JSONField(null=True, blank=True)  # the A/B comparison, computed here
@@ -67,6 +70,13 @@ class Job(models.Model):
 
     def __str__(self) -> str:
         return f"job {self.id} ({self.finding_id or 'knobs'} on {self.run_id})"
+
+    @property
+    def state(self) -> str:
+        """The job's state as pages say it, apart from its verdict: queued, running, done
+        (it ran to its end, whatever it found: a fix measured slower is a done job with the
+        verdict "slower"), failed or cancelled."""
+        return "done" if self.status == self.SUCCEEDED else self.status
 
     @property
     def verdict_label(self) -> str:
@@ -96,29 +106,4 @@ class JobArm(models.Model):
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["job", "round", "arm"], name="jobarm_unique")
-        ]
-
-
-class FixVerification(models.Model):
-    """What the latest finished job measured for a finding of a run: the ranking reads it."""
-
-    VERIFIED = "verified"
-    REFUTED = "refuted"
-    INCONCLUSIVE = "inconclusive"  # measured, but too wide to decide: the estimate stands
-    STATUSES = [(s, s) for s in (VERIFIED, REFUTED, INCONCLUSIVE)]
-
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="fix_verifications")
-    finding_id = models.CharField(max_length=100)
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="+")
-    status = models.CharField(max_length=12, choices=STATUSES)
-    measured_gain = models.FloatField()  # fraction of step time recovered (1 - 1/speedup)
-    speedup = models.FloatField()
-    ci_low = models.FloatField()
-    ci_high = models.FloatField()
-    reason = models.CharField(max_length=200, blank=True)
-    updated_at = models.DateTimeField(auto_now=True)
-
-    class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["run", "finding_id"], name="fixverification_unique")
         ]

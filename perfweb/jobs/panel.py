@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from perfweb.dashboard.panels import Panel
 from perfweb.jobs.selectors import job_list_for_run
+from perfweb.pages.panels import Panel
 
 
 def jobs_panel(*, run: Any, user: Any) -> Panel | None:

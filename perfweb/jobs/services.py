@@ -1,61 +1,53 @@
-"""Writes for optimisation jobs: create, claim, progress, finish, fail, cancel, expire, verify.
+"""Writes for optimisation jobs: create, claim, progress, finish, fail, cancel, expire.
 
 The database decides: a claim is a conditional UPDATE of a queued row, and every runner call
 carries the claim secret it got (only its sha256 is stored), so only the runner that claimed
 a job can write to it, and a runner whose claim expired (or a job cancelled meanwhile) cannot
 write a result. Claims are only for a host that an agent of the project recorded. The
 result is never taken from the runner: speed-up, interval and verdict are recomputed here
-from the stored per-round arms with the A/B engine's own function (agent/ab/stats.py).
-Knob settings are checked against the closed list of contract/knobs.py here and again on the
-runner. docs/security.md has the threat model.
+from the stored per-round arms with the A/B engine's own functions (perfweb_contract.ab).
+Knob settings come checked against the closed list of contract/perfweb_contract/knobs.py by whoever
+read them (the request body's schema, a stored finding's `fix_knobs`), once in this process, and
+again on the runner. A finished job is announced to diagnostics (`jobs.tasks.job_verify_task`),
+which owns what the measurement verifies. docs/security.md has the threat model.
 """
 
 from __future__ import annotations
 
 import hashlib
-import math
 import os
 import secrets
 import statistics
 from collections.abc import Mapping
+from dataclasses import asdict
 from datetime import datetime, timedelta
 from typing import Any
 
+from celery import signature
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from perfweb.jobs.models import FixVerification, Job, JobArm
-from perfweb.jobs.signals import fix_verification_changed
+from perfweb.diagnostics.fix_knobs import finding_knob
+from perfweb.errors import ClientError
+from perfweb.jobs.models import Job, JobArm
+from perfweb.jobs.schemas import DEFAULT_SIZES, JobSizes, arm_body
 from perfweb.projects.models import Membership, Project
 from perfweb.runs.models import Run
-from perfweb_agent.ab.stats import (
-    AGREEMENT_RTOL,
-    AGREEMENT_TOP1_MIN,
-    Comparison,
-    changed_results_note,
-    compare,
-    final_verdict,
-    planned_looks,
-    round_from_arms,
-    stop_of,
-    stop_sentence,
-)
-from perfweb_contract.jobs import MAX_ROUNDS, SIZE_LIMITS
-from perfweb_contract.knobs import FINDING_KNOBS, KNOBS, KnobError, validate_knobs
-from perfweb_contract.verdicts import CHANGES_RESULTS, FASTER, INCONCLUSIVE, VERDICT_LABELS
+from perfweb_contract.ab.decision import compare, round_from_arms, settle, stop_of
+from perfweb_contract.ab.presentation import stop_sentence
+from perfweb_contract.ab.results import Comparison
+from perfweb_contract.jobs import RUNNER_ID_MAX, TIME_BUDGET_S
+from perfweb_contract.knobs import KnobValue
 
-# A job's output-agreement tolerance: top-1 agreement at least this share, the max relative
-# difference at most this (0 demands identical outputs).
-TOLERANCE_LIMITS = {"agreement_top1": (0.0, 1.0), "agreement_rtol": (0.0, 1.0)}
-ARM_KINDS = ("training", "inference", "unknown")
-MAX_BYTES = 1 << 50  # a peak memory above 1 PiB is not a measurement
-MAX_BATCH = 1 << 31
-TIME_BUDGET_S = 1800  # the runner starts no extra round that would end past this
+# A finished job's verification, by name: tasks.py imports this module to run its tasks, so
+# this one sends the task by its registered name (apps.py registers it; Celery resolves the
+# name to the task itself, so eager mode and routing are the task's).
+VERIFY_TASK = "perfweb.jobs.tasks.job_verify_task"
 
 
-class JobError(Exception):
+class JobError(ClientError):
     """A request about a job that cannot be honoured; the message is one sentence."""
 
     status = 400
@@ -86,69 +78,36 @@ def _is_member(*, user: AbstractBaseUser, project: Project) -> bool:
     )
 
 
-def finding_knob(*, finding_id: str, run: Run | None = None) -> str | None:
-    """The knob that fixes a finding: the catalogue's (FIXES.md), else the one the run's
-    stored finding proposes (`fix.knob`, e.g. `compile=default` on an inference finding),
-    when that knob is on the closed list. None: the finding has no knob."""
-    name = FINDING_KNOBS.get(finding_id)
-    if name is not None or run is None:
-        return name
-    from perfweb.diagnostics.models import Finding  # diagnostics reads this module's gains
-
-    fix = Finding.objects.filter(run=run, rule_id=finding_id).values_list("fix", flat=True).first()
-    text = fix.get("knob") if isinstance(fix, dict) else None
-    proposed = text.partition("=")[0].strip() if isinstance(text, str) else ""
-    return proposed if proposed in KNOBS else None
-
-
 def job_create(
     *,
     user: AbstractBaseUser,
     run: Run,
-    knobs: Mapping[str, Any],
+    knobs: Mapping[str, KnobValue],
     finding_id: str = "",
-    rounds: int = 5,
-    steps: int = 20,
-    warmup: int = 3,
-    max_rounds: int = MAX_ROUNDS,
-    agreement_top1: float = AGREEMENT_TOP1_MIN,
-    agreement_rtol: float = AGREEMENT_RTOL,
+    sizes: JobSizes = DEFAULT_SIZES,
 ) -> Job:
-    """Queue a job for the run's host; only a member of the run's project may."""
+    """Queue a job for the run's host; only a member of the run's project may. `knobs` come
+    checked against the closed list by whoever read them (`validate_knobs` of a body,
+    `parse_knobs` of the form's text, `fix_knobs` of a stored finding), `sizes` by
+    `schemas.job_sizes`."""
     if not _is_member(user=user, project=run.project):
         raise NotAllowed("only members of the project can start jobs")
-    try:
-        settings_checked = validate_knobs(knobs)
-    except KnobError as error:
-        raise JobError(str(error)) from None
-    if not settings_checked:
+    if not knobs:
         raise JobError("choose at least one knob")
     if not run.command or not run.host:
         raise JobError("this run has no recorded command and host to measure")
-    if finding_id and finding_knob(finding_id=finding_id, run=run) not in settings_checked:
-        raise JobError(f"finding {finding_id} has no knob among {sorted(settings_checked)}")
-    sizes = {"rounds": rounds, "steps": steps, "warmup": warmup}
-    for name, (low, high) in SIZE_LIMITS.items():
-        value = sizes[name]
-        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-            raise JobError(f"{name} must be in {low}..{high}")
-    if isinstance(max_rounds, bool) or not isinstance(max_rounds, int):
-        raise JobError(f"max_rounds must be in {rounds}..{MAX_ROUNDS}")
-    if not rounds <= max_rounds <= MAX_ROUNDS:
-        raise JobError(f"max_rounds must be in {rounds}..{MAX_ROUNDS}")
-    tolerance = {"agreement_top1": agreement_top1, "agreement_rtol": agreement_rtol}
-    for name, (least, most) in TOLERANCE_LIMITS.items():
-        limit = tolerance[name]
-        if isinstance(limit, bool) or not isinstance(limit, int | float):
-            raise JobError(f"{name} must be a number in {least:g}..{most:g}")
-        if not (math.isfinite(limit) and least <= limit <= most):
-            raise JobError(f"{name} must be a number in {least:g}..{most:g}")
+    if finding_id and finding_knob(finding_id=finding_id, run=run) not in knobs:
+        raise JobError(f"finding {finding_id} has no knob among {sorted(knobs)}")
     return Job.objects.create(
-        project=run.project, run=run, host=run.host, finding_id=finding_id,
-        knobs=settings_checked, created_by=user, max_rounds=max_rounds,
-        time_budget_s=TIME_BUDGET_S, agreement_top1=float(agreement_top1),
-        agreement_rtol=float(agreement_rtol), **sizes,
-    )  # fmt: skip
+        project=run.project,
+        run=run,
+        host=run.host,
+        finding_id=finding_id,
+        knobs=dict(knobs),
+        created_by=user,
+        time_budget_s=TIME_BUDGET_S,
+        **asdict(sizes),
+    )
 
 
 def claim_digest(secret: str) -> str:
@@ -179,9 +138,12 @@ def job_claim(
             return None
         secret = secrets.token_urlsafe(32)
         claimed = Job.objects.filter(id=candidate, status=Job.QUEUED).update(
-            status=Job.RUNNING, claim_token=claim_digest(secret), runner_id=runner_id[:64],
-            claimed_at=now, claim_expires_at=now + claim_ttl(),
-        )  # fmt: skip
+            status=Job.RUNNING,
+            claim_token=claim_digest(secret),
+            runner_id=runner_id[:RUNNER_ID_MAX],
+            claimed_at=now,
+            claim_expires_at=now + claim_ttl(),
+        )
         if claimed == 1:
             return Job.objects.select_related("run").get(id=candidate), secret
     return None
@@ -211,109 +173,27 @@ def job_progress(*, job: Job, claim_token: str, arm: Mapping[str, Any] | None) -
     return extended == 0 and Job.objects.filter(id=job.id, status=Job.CANCELLED).exists()
 
 
-def _finite(value: Any, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise JobError(f"{name} is not a finite number")
-    return float(value)
-
-
-def _numbers(arm: Mapping[str, Any], name: str, *, allow_none: bool = False) -> list[float]:
-    values = arm.get(name)
-    if values is None and allow_none:
-        return []
-    if not isinstance(values, list) or len(values) > 10_000:
-        raise JobError(f"arm.{name} must be a list of at most 10000 numbers")
-    if allow_none:  # a loss may be missing or not finite at a step (a diverging run)
-        return [math.nan if v is None else _finite(v, f"arm.{name}[{i}]") for i, v in
-                enumerate(values)]  # fmt: skip
-    return [_finite(value, f"arm.{name}[{i}]") for i, value in enumerate(values)]
-
-
 def _store_arm(*, job: Job, arm: Mapping[str, Any]) -> None:
-    number, which = arm.get("round"), arm.get("arm")
-    if isinstance(number, bool) or not isinstance(number, int):
-        number = None
-    if number is None or not 1 <= number <= job.max_rounds:
-        raise JobError(f"arm.round must be a whole number in 1..{job.max_rounds}")
-    if which not in ("baseline", "candidate"):
-        raise JobError("arm.arm must be baseline or candidate")
-    step_s = _numbers(arm, "step_s")
-    if len(step_s) < 3 or min(step_s) <= 0:
-        raise JobError("arm.step_s must hold at least 3 positive step times")
-    loss = [None if math.isnan(x) else x for x in _numbers(arm, "loss", allow_none=True)]
-    kind = arm.get("kind", "unknown")
-    if kind is None:
-        kind = "unknown"
-    if kind not in ARM_KINDS:
-        raise JobError(f"arm.kind must be one of {', '.join(ARM_KINDS)}")
-    batch_sizes = _batch_sizes(arm, steps=len(step_s))
-    peak_rss = _bytes(arm, "peak_rss_bytes")
-    cuda_peak = _bytes(arm, "cuda_max_allocated_bytes")
-    outputs = _outputs(arm.get("outputs"))
-    if outputs is not None and which != "candidate":
-        raise JobError("arm.outputs is the candidate's agreement with the baseline: "
-                       "only a candidate arm has it")  # fmt: skip
+    body = arm_body(dict(arm), max_rounds=job.max_rounds)
+    settled = body.step_s[settle(body.step_s, minimum=job.warmup)[0] :]  # chart's figures
     try:
         with transaction.atomic():
             JobArm.objects.create(
-                job=job, round=number, arm=which, median_s=statistics.median(step_s),
-                mean_s=statistics.fmean(step_s), step_s=step_s, loss=loss, kind=kind,
-                batch_sizes=batch_sizes, peak_rss_bytes=peak_rss,
-                cuda_max_allocated_bytes=cuda_peak, outputs=outputs,
-            )  # fmt: skip
+                job=job,
+                round=body.round,
+                arm=body.arm,
+                median_s=statistics.median(settled),
+                mean_s=statistics.fmean(settled),
+                step_s=body.step_s,
+                loss=body.loss,
+                kind=body.kind,
+                batch_sizes=body.batch_sizes,
+                peak_rss_bytes=body.peak_rss_bytes,
+                cuda_max_allocated_bytes=body.cuda_max_allocated_bytes,
+                outputs=body.outputs,
+            )
     except IntegrityError:
         pass  # the same arm posted twice (a retry): stored once
-
-
-def _whole(value: Any, name: str, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise JobError(f"{name} must be a whole number in {low}..{high}")
-    return value
-
-
-def _batch_sizes(arm: Mapping[str, Any], *, steps: int) -> list[int] | None:
-    """One batch size per kept step, or None when the agent saw none."""
-    values = arm.get("batch_sizes")
-    if values is None:
-        return None
-    if not isinstance(values, list) or len(values) != steps:
-        raise JobError(f"arm.batch_sizes must be null or a list of {steps} whole numbers, "
-                       "one per step time")  # fmt: skip
-    return [_whole(v, f"arm.batch_sizes[{i}]", 1, MAX_BATCH) for i, v in enumerate(values)]
-
-
-def _bytes(arm: Mapping[str, Any], name: str) -> int | None:
-    value = arm.get(name)
-    return None if value is None else _whole(value, f"arm.{name}", 0, MAX_BYTES)
-
-
-def _outputs(raw: Any) -> dict[str, Any] | None:
-    """The candidate's output-agreement summary (agent/ab/outputs.py), checked field by field;
-    unknown keys are dropped: what is stored is what the server understands."""
-    if raw is None:
-        return None
-    if not isinstance(raw, dict):
-        raise JobError("arm.outputs must be null or an object")
-    summary: dict[str, Any] = {
-        "samples": _whole(raw.get("samples"), "arm.outputs.samples", 0, 10**9),
-        # requests whose output shape or finiteness differ: always outside tolerance
-        "mismatched": _whole(raw.get("mismatched", 0), "arm.outputs.mismatched", 0, 10**9),
-    }
-    top1 = raw.get("top1_agreement")
-    if top1 is not None and not 0.0 <= _finite(top1, "arm.outputs.top1_agreement") <= 1.0:
-        raise JobError("arm.outputs.top1_agreement must be null or a number in 0..1")
-    summary["top1_agreement"] = None if top1 is None else float(top1)
-    for name in ("max_abs_diff", "mean_abs_diff", "max_rel_diff"):
-        value = raw.get(name)  # None: nothing comparable (e.g. every output mismatched)
-        if value is not None and _finite(value, f"arm.outputs.{name}") < 0:
-            raise JobError(f"arm.outputs.{name} must be null or a number of at least 0")
-        summary[name] = None if value is None else float(value)
-    note = raw.get("note", "")
-    if not isinstance(note, str) or len(note) > 200:
-        raise JobError("arm.outputs.note must be a string of at most 200 characters")
-    if note:
-        summary["note"] = note
-    return summary
 
 
 def job_comparison(*, job: Job) -> Comparison:
@@ -335,15 +215,17 @@ def job_comparison(*, job: Job) -> Comparison:
     ]
     # The verdict is the engine's: speed from the interval, then the results check against
     # this job's tolerance (a faster candidate whose outputs or loss moved is never "faster").
-    comparison = compare(
-        rounds, looks=planned_looks(job.rounds, job.max_rounds),
-        top1_min=job.agreement_top1, rel_max=job.agreement_rtol,
-    )  # fmt: skip
+    comparison = compare(rounds, top1_min=job.agreement_top1, rel_max=job.agreement_rtol)
     # A runner stops early only at its time bound; a decided verdict or the limit says so.
-    stopped = stop_of(
-        verdict=comparison.verdict, rounds=len(rounds), max_rounds=job.max_rounds,
-        out_of_time=True,
-    ) or ""  # fmt: skip
+    stopped = (
+        stop_of(
+            verdict=comparison.verdict,
+            rounds=len(rounds),
+            max_rounds=job.max_rounds,
+            out_of_time=True,
+        )
+        or ""
+    )
     comparison.stopped = stopped
     comparison.stop_reason = stop_sentence(
         stopped=stopped, verdict=comparison.verdict, rounds=len(rounds), max_rounds=job.max_rounds
@@ -354,10 +236,14 @@ def job_comparison(*, job: Job) -> Comparison:
 def _arm_dict(arm: JobArm) -> dict[str, Any]:
     """A stored arm in the shape the runner posted it (`perfweb_agent.ab.engine.Arm.to_dict()`)."""
     return {
-        "step_s": arm.step_s, "loss": arm.loss, "kind": arm.kind,
-        "batch_sizes": arm.batch_sizes, "peak_rss_bytes": arm.peak_rss_bytes,
-        "cuda_max_allocated_bytes": arm.cuda_max_allocated_bytes, "outputs": arm.outputs,
-    }  # fmt: skip
+        "step_s": arm.step_s,
+        "loss": arm.loss,
+        "kind": arm.kind,
+        "batch_sizes": arm.batch_sizes,
+        "peak_rss_bytes": arm.peak_rss_bytes,
+        "cuda_max_allocated_bytes": arm.cuda_max_allocated_bytes,
+        "outputs": arm.outputs,
+    }
 
 
 def job_finish(*, job: Job, claim_token: str) -> Job:
@@ -369,15 +255,18 @@ def job_finish(*, job: Job, claim_token: str) -> Job:
     comparison = job_comparison(job=job)
     with transaction.atomic():
         done = Job.objects.filter(id=job.id, status=Job.RUNNING, claim_token=digest).update(
-            status=Job.SUCCEEDED, result=comparison.to_dict(), verdict=comparison.verdict,
-            speedup=comparison.speedup, ci_low=comparison.ci_low, ci_high=comparison.ci_high,
-            stop_reason=comparison.stop_reason[:200], finished_at=timezone.now(),
-        )  # fmt: skip
+            status=Job.SUCCEEDED,
+            result=comparison.to_dict(),
+            verdict=comparison.verdict,
+            speedup=comparison.speedup,
+            ci_low=comparison.ci_low,
+            ci_high=comparison.ci_high,
+            stop_reason=comparison.stop_reason[:200],
+            finished_at=timezone.now(),
+        )
         if done != 1:
             raise StaleClaim("the job is no longer running")
-        from perfweb.jobs.tasks import job_verify_task
-
-        transaction.on_commit(lambda: job_verify_task.delay(job.id))
+        transaction.on_commit(lambda: signature(VERIFY_TASK, args=(job.id,)).delay())
     job.refresh_from_db()
     return job
 
@@ -411,58 +300,3 @@ def jobs_expire_claims(*, now: datetime | None = None) -> int:
         error="the runner stopped reporting (its claim expired); the workload was not finished",
         finished_at=now,
     )
-
-
-def job_finding_id(*, job: Job) -> str:
-    """The finding a job verifies: the one it was started from, or its single knob's."""
-    if job.finding_id:
-        return job.finding_id
-    if len(job.knobs) == 1:
-        (name,) = job.knobs
-        return next((f for f, k in FINDING_KNOBS.items() if k == name), "")
-    return ""
-
-
-def changes_results_reason(result: Mapping[str, Any]) -> str:
-    """Why a faster result is not verified, in one line with its numbers (the engine's
-    words, `perfweb_agent.ab.stats.changed_results_note`; the run page's badge says it)."""
-    note = changed_results_note({**result, "verdict": CHANGES_RESULTS}) or "results moved"
-    return f"{CHANGES_RESULTS}: {note}"[:200]
-
-
-def fix_verification_update(*, job: Job) -> FixVerification | None:
-    """Turn a succeeded job into its finding's verification (safe to run twice)."""
-    if job.status != Job.SUCCEEDED or not job.result:
-        return None
-    finding_id = job_finding_id(job=job)
-    if not finding_id:
-        return None
-    newer = FixVerification.objects.filter(
-        run=job.run, finding_id=finding_id, job_id__gt=job.id
-    ).first()
-    if newer is not None:
-        return newer  # a later job's measurement stands
-    result = job.result
-    # Re-checked here, not only taken from the stored verdict: a result stored before the
-    # results check existed (or with a loss out of tolerance) must not be verified either.
-    verdict = final_verdict(result["verdict"], result.get("loss_parity"), result.get("agreement"))
-    if verdict == FASTER:
-        status, reason = FixVerification.VERIFIED, "measured faster"
-    elif verdict == CHANGES_RESULTS:  # never a verified gain: the ranking gets 0
-        status, reason = FixVerification.REFUTED, changes_results_reason(result)
-    elif verdict == INCONCLUSIVE:  # the ranking keeps the finding's estimate
-        status, reason = FixVerification.INCONCLUSIVE, VERDICT_LABELS[INCONCLUSIVE]
-    else:
-        status, reason = FixVerification.REFUTED, verdict
-    verification, _ = FixVerification.objects.update_or_create(
-        run=job.run, finding_id=finding_id,
-        defaults={
-            "job": job, "status": status, "reason": reason,
-            "measured_gain": float(result["measured_gain"]), "speedup": float(result["speedup"]),
-            "ci_low": float(result["ci_low"]), "ci_high": float(result["ci_high"]),
-        },
-    )  # fmt: skip
-    fix_verification_changed.send(
-        sender=FixVerification, run=job.run, finding_id=finding_id, verification=verification
-    )
-    return verification

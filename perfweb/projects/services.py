@@ -38,6 +38,43 @@ def membership_add(*, project: Project, user: AbstractBaseUser) -> Membership:
     return membership
 
 
+PROJECT_NAME_MAX = Project._meta.get_field("name").max_length or 100
+USERNAME_MAX = 150
+
+
+@transaction.atomic
+def project_create_new(*, name: str, owner: AbstractBaseUser) -> Project:
+    """A new project with `owner` as its first member. Unlike `project_create` (the
+    bootstrap's idempotent one) a taken name is an error: joining a project by naming it
+    would let anyone into anyone's project."""
+    name = name.strip()
+    if not name or len(name) > PROJECT_NAME_MAX:
+        raise ValueError(f"a project name is 1 to {PROJECT_NAME_MAX} characters")
+    if Project.objects.filter(name=name).exists():
+        raise ValueError(f"a project named {name!r} exists already")
+    project = Project.objects.create(name=name)
+    Membership.objects.create(project=project, user=owner)
+    return project
+
+
+@transaction.atomic
+def member_invite(*, project: Project, username: str) -> tuple[AbstractBaseUser, str | None]:
+    """Makes `username` a member of the project. A person without an account gets one, with a
+    password returned here once (to hand over; they change it with `manage.py changepassword`
+    or the admin); an existing account keeps its password (None)."""
+    username = username.strip()
+    if not username or len(username) > USERNAME_MAX:
+        raise ValueError(f"a user name is 1 to {USERNAME_MAX} characters")
+    user_model = get_user_model()
+    user = user_model.objects.filter(username=username).first()
+    password = None
+    if user is None:
+        password = secrets.token_urlsafe(12)
+        user = user_model.objects.create_user(username=username, password=password)
+    membership_add(project=project, user=user)
+    return user, password
+
+
 def token_create(*, project: Project, label: str = "", token: str | None = None) -> str:
     """Mints (or installs the given) token for the project and returns it: the only time it
     is seen in clear."""

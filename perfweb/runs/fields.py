@@ -18,13 +18,15 @@ from typing import Any
 
 import numpy as np
 
+from perfweb.errors import ClientError
+
 LATEST_TIME = 4102444800.0  # 2100-01-01: anything later is not a Unix time in seconds
 NUMBER_TYPES = frozenset({int, float})
 SCALAR_TYPES = (str, int, float, bool)
 MAX_PLAIN_DEPTH = 8  # nesting of a free-form object the server stores (a device's extras)
 
 
-class Invalid(Exception):
+class Invalid(ClientError):
     """A request field is wrong; str(error) is the sentence for the client."""
 
 
@@ -103,6 +105,20 @@ def integer(
         raise Invalid(f"{name} is not a {bits}-bit integer")
     if minimum is not None and value < minimum:
         raise Invalid(f"{name} is less than {minimum}")
+    return value
+
+
+def finite(value: Any, path: str) -> float:
+    """A finite JSON number (not a boolean) as a float."""
+    if type(value) not in NUMBER_TYPES or not math.isfinite(value):
+        raise Invalid(f"{path} is not a finite number")
+    return float(value)
+
+
+def whole(value: Any, path: str, low: int, high: int) -> int:
+    """A JSON integer (not a boolean) in `low`..`high`."""
+    if type(value) is not int or not low <= value <= high:
+        raise Invalid(f"{path} must be a whole number in {low}..{high}")
     return value
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.db import models
 
 from perfweb.projects.models import Project
+from perfweb_contract import protocol
 
 
 class Run(models.Model):
@@ -16,10 +17,10 @@ class Run(models.Model):
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="runs")
     run_id = models.CharField(max_length=64, unique=True)  # chosen by the agent
-    name = models.CharField(max_length=200, blank=True)
+    name = models.CharField(max_length=protocol.RUN_NAME_MAX, blank=True)
     command = models.JSONField(default=list, blank=True)
-    cwd = models.CharField(max_length=1000, blank=True)
-    host = models.CharField(max_length=255, blank=True)
+    cwd = models.CharField(max_length=protocol.CWD_MAX, blank=True)
+    host = models.CharField(max_length=protocol.HOST_MAX, blank=True)
     status = models.CharField(max_length=10, choices=STATUSES, default=RUNNING)
     exit_code = models.IntegerField(null=True, blank=True)
     started_at = models.DateTimeField()
@@ -50,11 +51,14 @@ class RunProcess(models.Model):
     local_rank = models.IntegerField(null=True, blank=True)
     world_size = models.IntegerField(null=True, blank=True)
     pid = models.IntegerField(null=True, blank=True)
-    host = models.CharField(max_length=255, blank=True)
+    host = models.CharField(max_length=protocol.HOST_MAX, blank=True)
     started_at = models.DateTimeField()
     last_seen_at = models.DateTimeField()
     ended_at = models.DateTimeField(null=True, blank=True)
     exit_code = models.IntegerField(null=True, blank=True)
+    # When the agent said at its exit that its finish waits in the spill directory on its
+    # host (a heartbeat's `unsent`); exit_code is then the one that finish will carry.
+    unsent_at = models.DateTimeField(null=True, blank=True)
     step_count = models.BigIntegerField(default=0)
     dropped = models.BigIntegerField(default=0)
     # What the agent says it produced in all (finish's `produced`: samples, steps, dropped).
@@ -69,10 +73,10 @@ class RunProcess(models.Model):
 class Device(models.Model):
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="devices")
     key = models.CharField(max_length=32)  # "gpu:0", as in the metrics' `device`
-    kind = models.CharField(max_length=16, blank=True)
+    kind = models.CharField(max_length=protocol.DEVICE_KIND_MAX, blank=True)
     index = models.IntegerField(null=True, blank=True)
-    name = models.CharField(max_length=200, blank=True)
-    uuid = models.CharField(max_length=100, blank=True)
+    name = models.CharField(max_length=protocol.DEVICE_NAME_MAX, blank=True)
+    uuid = models.CharField(max_length=protocol.DEVICE_UUID_MAX, blank=True)
     memory_total = models.BigIntegerField(null=True, blank=True)
     power_limit = models.FloatField(null=True, blank=True)
     extra = models.JSONField(default=dict, blank=True)  # any other fields the agent sent

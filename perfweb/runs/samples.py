@@ -1,8 +1,8 @@
 """A batch's samples as parsed: per-series float64 arrays, before they become chunks.
 
-Pure data (numpy, no database): the batch schema (runs.schemas) produces them, the series
-app's chunks_prepare packs them, and the ingest writer (perfweb.ingest) carries them from one
-to the other.
+Pure data (numpy, no database): the batch schema (runs.schemas, its numbers read by
+runs.batch_samples) produces them, the series app's chunks_prepare packs them, and the ingest
+writer (perfweb.ingest) carries them from one to the other.
 """
 
 from __future__ import annotations

@@ -3,35 +3,24 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from itertools import chain
 from typing import Any
 
 import msgspec
-import numpy as np
 
+from perfweb.runs.batch_samples import MetricSeries, metrics_block, steps_block, typed_metrics
 from perfweb.runs.fields import (
-    LATEST_TIME,
     Invalid,
     flat_dict,
-    float64s,
     integer,
     key_path,
-    numbers,
     obj,
     plain,
-    same_length,
     string,
     text,
-    times,
     unix_time,
 )
-from perfweb.runs.samples import SampleBlock, Samples
+from perfweb.runs.samples import SampleBlock
 from perfweb_contract import protocol
-
-MAX_SERIES_PER_BATCH = 10_000
-MAX_DEVICES = 1_000
-MAX_TAGS_OR_FACTS = 10_000
-MAX_COMMAND_ARGS = 10_000
 
 
 @dataclass
@@ -93,6 +82,23 @@ class FinishRequest:
     produced: dict[str, int] = field(default_factory=dict)
 
 
+@dataclass
+class Unsent:
+    """A heartbeat's `unsent`: the process ended, and its last requests (its finish among
+    them) wait in the spill directory on its host."""
+
+    requests: int
+    exit_code: int | None
+    final: bool
+
+
+@dataclass
+class HeartbeatRequest:
+    run_id: str
+    agent_id: str
+    unsent: Unsent | None = None
+
+
 def _ids(body: dict[str, Any]) -> tuple[str, str]:
     run_id = string(body, "run_id", pattern=protocol.RUN_ID_RE)
     agent_id = string(body, "agent_id", pattern=protocol.AGENT_ID_RE)
@@ -112,8 +118,8 @@ def parse_start(body: Any) -> StartRequest:
         name=string(body, "name", required=False, max_length=protocol.RUN_NAME_MAX) or "",
         role=role,
         command=_command(body.get("command")),
-        cwd=string(body, "cwd", required=False) or "",
-        host=string(body, "host", required=False, max_length=255) or "",
+        cwd=string(body, "cwd", required=False, max_length=protocol.CWD_MAX) or "",
+        host=string(body, "host", required=False, max_length=protocol.HOST_MAX) or "",
         pid=integer(body, "pid", bits=32),
         rank=integer(body, "rank", minimum=0, bits=32),
         local_rank=integer(body, "local_rank", minimum=0, bits=32),
@@ -129,8 +135,8 @@ def _command(value: Any) -> list[str]:
     command = value or []
     if not isinstance(command, list) or not all(isinstance(a, str) for a in command):
         raise Invalid("command is not an array of strings")
-    if len(command) > MAX_COMMAND_ARGS:
-        raise Invalid(f"command has more than {MAX_COMMAND_ARGS} entries")
+    if len(command) > protocol.COMMAND_ARGS_MAX:
+        raise Invalid(f"command has more than {protocol.COMMAND_ARGS_MAX} entries")
     for i, argument in enumerate(command):
         text(argument, f"command[{i}]")
     return command
@@ -139,14 +145,7 @@ def _command(value: Any) -> list[str]:
 def parse_batch(body: Any) -> BatchRequest:
     body = obj(body, "the body")
     run_id, agent_id = _ids(body)  # the ids are named first whatever else is wrong
-    return _batch(body, metrics=_metrics(body.get("metrics")), ids=(run_id, agent_id))
-
-
-class _Series(msgspec.Struct, gc=False):
-    device: str
-    name: str
-    t: list[float] | bytes  # bytes: the packed form, decoded from base64 (fields.packed)
-    v: list[float] | bytes
+    return _batch(body, metrics=metrics_block(body.get("metrics")), ids=(run_id, agent_id))
 
 
 class _Batch(msgspec.Struct, gc=False):
@@ -157,7 +156,7 @@ class _Batch(msgspec.Struct, gc=False):
     agent_id: Any = None
     seq: Any = None
     sent_at: Any = None
-    metrics: list[_Series] | None = None
+    metrics: list[MetricSeries] | None = None
     steps: Any = None
     facts: Any = None
     devices: Any = None
@@ -181,7 +180,7 @@ def parse_batch_json(raw: bytes) -> BatchRequest | None:
         return None
     except RecursionError:  # nested too deep: parse_json says so in one sentence
         return None
-    metrics = _typed_metrics(decoded.metrics or [])
+    metrics = typed_metrics(decoded.metrics or [])
     if metrics is None:
         return None
     body = {name: getattr(decoded, name) for name in _SMALL_FIELDS}
@@ -195,7 +194,7 @@ def _batch(body: dict[str, Any], *, metrics: SampleBlock, ids: tuple[str, str]) 
     steps = SampleBlock.of([])
     step_count = 0
     if body.get("steps") is not None:
-        steps, step_count = _steps(obj(body["steps"], "steps"))
+        steps, step_count = steps_block(obj(body["steps"], "steps"))
     return BatchRequest(
         run_id=ids[0],
         agent_id=ids[1],
@@ -206,15 +205,29 @@ def _batch(body: dict[str, Any], *, metrics: SampleBlock, ids: tuple[str, str]) 
         facts=_bounded(flat_dict(body, "facts"), "facts"),
         devices=_devices(body.get("devices")),
         dropped=integer(body, "dropped", minimum=0) or 0,
-        run_name=string(body, "run_name", required=False, max_length=protocol.RUN_NAME_MAX)
-        or None,
+        run_name=string(body, "run_name", required=False, max_length=protocol.RUN_NAME_MAX) or None,
     )
 
 
-def parse_heartbeat(body: Any) -> tuple[str, str]:
+def parse_heartbeat(body: Any) -> HeartbeatRequest:
     body = obj(body, "the body")
+    run_id, agent_id = _ids(body)
     unix_time(body, "sent_at")
-    return _ids(body)
+    return HeartbeatRequest(run_id=run_id, agent_id=agent_id, unsent=_unsent(body.get("unsent")))
+
+
+def _unsent(value: Any) -> Unsent | None:
+    if value is None:
+        return None
+    unsent = obj(value, "unsent")
+    final = unsent.get("final", False)
+    if not isinstance(final, bool):
+        raise Invalid("unsent.final is not true or false")
+    return Unsent(
+        requests=integer(unsent, "requests", path="unsent.", required=True, minimum=1) or 1,
+        exit_code=integer(unsent, "exit_code", path="unsent.", bits=32),
+        final=final,
+    )
 
 
 def parse_finish(body: Any) -> FinishRequest:
@@ -237,115 +250,12 @@ def _produced(value: Any) -> dict[str, int]:
     if value is None:
         return {}
     counts = obj(value, "produced")
-    if len(counts) > 100:
-        raise Invalid("produced has more than 100 keys")
+    if len(counts) > protocol.PRODUCED_KEYS_MAX:
+        raise Invalid(f"produced has more than {protocol.PRODUCED_KEYS_MAX} keys")
     for key in counts:
         text(key, key_path("produced", key))
         integer(counts, key, path="produced.", minimum=0)
     return counts
-
-
-def _metrics(value: Any) -> SampleBlock:
-    if value is None:
-        return SampleBlock.of([])
-    if not isinstance(value, list):
-        raise Invalid("metrics is not an array")
-    if len(value) > MAX_SERIES_PER_BATCH:
-        raise Invalid(f"metrics has more than {MAX_SERIES_PER_BATCH} entries")
-    keys = [
-        _series_key(obj(item, f"metrics[{i}]"), f"metrics[{i}].") for i, item in enumerate(value)
-    ]
-    arrays = [_series_numbers(item, i) for i, item in enumerate(value)]
-    return SampleBlock.of(
-        Samples(device=device, name=name, t=t, v=v)
-        for (device, name), (t, v) in zip(keys, arrays, strict=True)
-    )
-
-
-_GOOD_KEYS: set[tuple[object, object]] = set()  # (device, name) pairs already validated
-_GOOD_KEYS_MAX = 100_000
-
-
-def _series_key(item: dict[str, Any], path: str) -> tuple[str, str]:
-    # The same few hundred keys arrive in every batch: skip the regexes for known-good ones.
-    key = (item.get("device"), item.get("name"))
-    if type(key[0]) is str and type(key[1]) is str and key in _GOOD_KEYS:
-        return key  # type: ignore[return-value]
-    device = string(item, "device", path=path, pattern=protocol.DEVICE_RE)
-    name = string(item, "name", path=path, pattern=protocol.METRIC_NAME_RE)
-    assert device is not None and name is not None
-    if len(_GOOD_KEYS) < _GOOD_KEYS_MAX:
-        _GOOD_KEYS.add((device, name))
-    return device, name
-
-
-def _typed_metrics(items: list[_Series]) -> SampleBlock | None:
-    """The decoded metrics as one block, their numbers checked for the whole batch at once;
-    None when anything is off."""
-    if len(items) > MAX_SERIES_PER_BATCH:
-        return None
-    try:
-        keys = [(s.device, s.name) for s in items]  # strings: msgspec checked their types
-        if not _GOOD_KEYS.issuperset(keys):
-            keys = [_series_key({"device": d, "name": n}, "") for d, n in keys]
-        t, t_lengths = _column([s.t for s in items])
-        v, v_lengths = _column([s.v for s in items])
-    except Invalid:
-        return None
-    if t_lengths != v_lengths:
-        return None
-    if not (np.isfinite(v).all() and ((t >= 0) & (t < LATEST_TIME)).all()):
-        return None
-    return SampleBlock(keys=keys, lengths=t_lengths, t=t, v=v)
-
-
-def _column(arrays: list[list[float] | bytes]) -> tuple[np.ndarray, list[int]]:
-    """One array for the batch's arrays of one kind (`t` or `v`) end to end, and their
-    lengths. msgspec has already decoded packed ones from base64 (as strictly as
-    fields.packed: padding required, nothing outside the alphabet)."""
-    if all(type(a) is list for a in arrays):
-        lengths = [len(a) for a in arrays]
-        values = chain.from_iterable(arrays)
-        return np.fromiter(values, np.float64, sum(lengths)), lengths
-    blobs = [a for a in arrays if isinstance(a, bytes)]
-    if len(blobs) == len(arrays):  # all packed (the agent's way): one frombuffer for all
-        sizes = [len(blob) for blob in blobs]
-        if any(size % 8 for size in sizes):
-            raise Invalid("an array's bytes are not whole float64 values")
-        return float64s(b"".join(blobs), ""), [size // 8 for size in sizes]
-    parts = [np.array(a, np.float64) if isinstance(a, list) else float64s(a, "") for a in arrays]
-    return np.concatenate(parts), [len(p) for p in parts]
-
-
-def _series_numbers(item: dict[str, Any], i: int) -> tuple[np.ndarray, np.ndarray]:
-    path = f"metrics[{i}]."
-    t = times(item.get("t"), f"{path}t")
-    v = numbers(item.get("v"), f"{path}v")
-    same_length({"t": t, "v": v}, path)
-    return t, v
-
-
-def _steps(steps: dict[str, Any]) -> tuple[SampleBlock, int]:
-    rank = integer(steps, "rank", path="steps.", minimum=0)
-    arrays = {
-        "index": numbers(steps.get("index"), "steps.index", integers=True),
-        "t": times(steps.get("t"), "steps.t"),
-        "duration": numbers(steps.get("duration"), "steps.duration"),
-        "data_wait": numbers(steps.get("data_wait"), "steps.data_wait"),
-    }
-    count = same_length(arrays, "steps.")
-    for name in ("index", "duration", "data_wait"):
-        negative = arrays[name] < 0
-        if negative.any():
-            raise Invalid(f"steps.{name}[{int(np.argmax(negative))}] is negative")
-    device = protocol.rank_device(rank)
-    t = arrays["t"]
-    return SampleBlock.of(
-        [
-            Samples(device=device, name=protocol.STEP_DURATION, t=t, v=arrays["duration"]),
-            Samples(device=device, name=protocol.STEP_DATA_WAIT, t=t, v=arrays["data_wait"]),
-        ]
-    ), count
 
 
 def _devices(value: Any) -> list[DeviceInfo]:
@@ -353,8 +263,8 @@ def _devices(value: Any) -> list[DeviceInfo]:
         return []
     if not isinstance(value, list):
         raise Invalid("devices is not an array")
-    if len(value) > MAX_DEVICES:
-        raise Invalid(f"devices has more than {MAX_DEVICES} entries")
+    if len(value) > protocol.DEVICES_MAX:
+        raise Invalid(f"devices has more than {protocol.DEVICES_MAX} entries")
     return [_device(obj(item, f"devices[{i}]"), f"devices[{i}].") for i, item in enumerate(value)]
 
 
@@ -369,10 +279,13 @@ def _device(item: dict[str, Any], path: str) -> DeviceInfo:
     assert key is not None
     return DeviceInfo(
         key=key,
-        kind=string(item, "kind", path=path, required=False, max_length=16) or "",
+        kind=string(item, "kind", path=path, required=False, max_length=protocol.DEVICE_KIND_MAX)
+        or "",
         index=integer(item, "index", path=path, minimum=0, bits=32),
-        name=string(item, "name", path=path, required=False, max_length=200) or "",
-        uuid=string(item, "uuid", path=path, required=False, max_length=100) or "",
+        name=string(item, "name", path=path, required=False, max_length=protocol.DEVICE_NAME_MAX)
+        or "",
+        uuid=string(item, "uuid", path=path, required=False, max_length=protocol.DEVICE_UUID_MAX)
+        or "",
         memory_total=integer(item, "memory_total", path=path, minimum=0),
         power_limit=float(power_limit) if power_limit is not None else None,
         extra=plain({k: v for k, v in item.items() if k not in known}, path.rstrip(".")),
@@ -380,6 +293,6 @@ def _device(item: dict[str, Any], path: str) -> DeviceInfo:
 
 
 def _bounded(value: dict[str, Any], name: str) -> dict[str, Any]:
-    if len(value) > MAX_TAGS_OR_FACTS:
-        raise Invalid(f"{name} has more than {MAX_TAGS_OR_FACTS} keys")
+    if len(value) > protocol.TAGS_OR_FACTS_MAX:
+        raise Invalid(f"{name} has more than {protocol.TAGS_OR_FACTS_MAX} keys")
     return value

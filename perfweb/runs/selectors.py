@@ -17,6 +17,7 @@ from django.db.models import QuerySet
 from perfweb.projects.models import Project
 from perfweb.runs.models import Run
 from perfweb_contract import protocol
+from perfweb_recommender.evidence import training_step_count
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 500
@@ -50,11 +51,14 @@ def run_summary(*, run: Run, mean_gpu_utilization: float | None = None) -> dict[
     if gpus is None:
         gpus = run.devices.filter(kind="gpu").count()
     end = run.ended_at or run.last_seen_at
+    # an evaluation at iteration 0 the agent counted before training began is no step
+    steps, pre_training_calls = training_step_count(counted=run.step_count, facts=run.facts or {})
     return {
         "id": run.run_id,
         "name": run.name,
         "status": run.status,
-        "steps": run.step_count,
+        "steps": steps,
+        "pre_training_calls": pre_training_calls,
         "host": run.host,
         "command": run.command,
         "started_at": run.started_at.timestamp(),

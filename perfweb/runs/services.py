@@ -1,29 +1,41 @@
 """Writes of the run lifecycle: start, batch, heartbeat, finish, and the lost-run sweep.
 
 Status moves: running → finished | failed (a final finish) and running → lost (the sweep).
-A lost run that reports again is running again; a finished or failed run stays so.
+A lost run that reports again is running again; a finished or failed run stays so. A run one
+of whose agents said at its exit that its finish waits in the spill directory on its host
+(a heartbeat's `unsent`) is not lost while that finish may still come (PERFWEB_UNSENT_WAIT).
 """
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
+from perfweb.errors import ClientError
 from perfweb.projects.models import Project
 from perfweb.runs.models import Device, Run, RunProcess
-from perfweb.runs.schemas import DeviceInfo, FinishRequest, StartRequest
+from perfweb.runs.schemas import DeviceInfo, FinishRequest, StartRequest, Unsent
 from perfweb.runs.signals import run_ended
 from perfweb_contract import protocol
 
 
-class RunNotFound(Exception):
-    """No run with that run_id in the caller's project."""
+class RunNotFound(ClientError):
+    """No run with that run_id in the caller's project; str() is the run_id."""
+
+    status = 404
+
+    def sentence(self) -> str:
+        return f"run {self} was not started in this project"
 
 
-class LauncherConflict(Exception):
+class LauncherConflict(ClientError):
     """A launcher start for a run that another launcher started (409); str() says so."""
+
+    status = 409
 
 
 def to_datetime(seconds: float) -> datetime:
@@ -145,10 +157,18 @@ def _run_for(*, project: Project, run_id: str) -> Run:
     return run
 
 
-def run_heartbeat(*, project: Project, run_id: str, agent_id: str) -> None:
+def run_heartbeat(
+    *, project: Project, run_id: str, agent_id: str, unsent: Unsent | None = None
+) -> None:
+    """A sign of life; with `unsent`, the process has ended and its finish waits on its
+    host (kept with the exit code it will carry, until that finish arrives)."""
+    now = timezone.now()
     with transaction.atomic():
         run = _run_for(project=project, run_id=run_id)
-        RunProcess.objects.filter(run=run, agent_id=agent_id).update(last_seen_at=timezone.now())
+        process = RunProcess.objects.filter(run=run, agent_id=agent_id)
+        process.update(last_seen_at=now)
+        if unsent is not None:
+            process.filter(ended_at=None).update(unsent_at=now, exit_code=unsent.exit_code)
         _run_seen(run=run)
 
 
@@ -179,11 +199,22 @@ def run_finish(*, project: Project, request: FinishRequest) -> Run:
     return run
 
 
-def runs_mark_lost(*, silent_for: float, now: datetime | None = None) -> int:
+def runs_mark_lost(
+    *, silent_for: float, unsent_wait: float | None = None, now: datetime | None = None
+) -> int:
     """Marks running runs whose agents have all been silent for `silent_for` seconds as lost;
-    returns how many."""
-    cutoff = (now or timezone.now()) - timedelta(seconds=silent_for)
-    return Run.objects.filter(status=Run.RUNNING, last_seen_at__lt=cutoff).update(status=Run.LOST)
+    returns how many. A run is spared while one of its processes said, less than
+    `unsent_wait` seconds ago (PERFWEB_UNSENT_WAIT by default), that its finish waits in the
+    spill directory on its host and that finish has not arrived."""
+    now = now or timezone.now()
+    wait = settings.PERFWEB_UNSENT_WAIT if unsent_wait is None else unsent_wait
+    awaited = RunProcess.objects.filter(
+        run=OuterRef("pk"), ended_at=None, unsent_at__gte=now - timedelta(seconds=wait)
+    )
+    silent = Run.objects.filter(
+        status=Run.RUNNING, last_seen_at__lt=now - timedelta(seconds=silent_for)
+    )
+    return silent.exclude(Exists(awaited)).update(status=Run.LOST)
 
 
 def devices_upsert(*, run: Run, devices: list[DeviceInfo]) -> None:

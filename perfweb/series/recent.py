@@ -36,9 +36,7 @@ def recent_samples(
     named = Q(name__in=list(names))
     if prefix:
         named |= Q(name__startswith=prefix)
-    rows = {
-        row.id: row for row in SeriesRow.objects.filter(named, run_id__in=list(run_ids))
-    }
+    rows = {row.id: row for row in SeriesRow.objects.filter(named, run_id__in=list(run_ids))}
     parts: dict[int, list[tuple[np.ndarray, np.ndarray]]] = defaultdict(list)
     chunks = Chunk.objects.filter(series_id__in=list(rows), t_max__gte=start, t_min__lte=end)
     for series_id, blob, count in chunks.values_list("series_id", "data", "count").iterator(

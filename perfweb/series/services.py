@@ -64,10 +64,17 @@ def chunks_prepare(*, samples: Iterable[Samples] | SampleBlock) -> list[Prepared
         zip(keys, starts.tolist(), ends.tolist(), strict=True)
     ):
         columns = (
-            firsts[i], lasts[i], b - a, totals[i], lows[i], highs[i], low_times[i],
-            high_times[i], batch.encode(i, a, b),
+            firsts[i],
+            lasts[i],
+            b - a,
+            totals[i],
+            lows[i],
+            highs[i],
+            low_times[i],
+            high_times[i],
+            batch.encode(i, a, b),
             *(_rollups(t[a:b], v[a:b]) if b - a >= codec.ROLLUP_MIN_SAMPLES else NO_ROLLUPS),
-        )  # fmt: skip
+        )
         prepared.append(PreparedChunk(device=device, name=name, columns=columns))
     return prepared
 

@@ -51,7 +51,11 @@ def attach(
     """Run `perf-agent attach ARGS` and capture its output."""
     return subprocess.run(
         [sys.executable, "-m", "perfweb_agent.cli.main", "attach", *args],
-        env=env, capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
     )
 
 

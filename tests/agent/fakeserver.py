@@ -1,7 +1,8 @@
 """A loopback ingest server for the agent's tests (stdlib http.server in a thread).
 
 It plays healthy, down (socket closed: connection refused), slow, 500s and 429 with
-Retry-After, refuses chosen requests for good (400, `refuse`), and stores what it accepts
+Retry-After, a gateway timing out chosen paths (`hold`: held, then 504, not stored), refuses
+chosen requests for good (400, `refuse`), and stores what it accepts
 the way the real server does: a batch is identified by (run_id, agent_id, seq) and stored
 once, a repeat answers `"duplicate": true`.
 """
@@ -31,6 +32,7 @@ class Store:
         self.batches: dict[tuple[str, str, int], dict[str, Any]] = {}
         self.finishes: dict[str, dict[str, Any]] = {}
         self.heartbeats = 0
+        self.heartbeat_bodies: list[dict[str, Any]] = []
         self.trace_chunks: dict[tuple[str, str, str, int], dict[str, Any]] = {}
         self.duplicates = 0
         self.packed_batches = 0  # batches whose arrays came packed (protocol.pack_floats)
@@ -110,6 +112,9 @@ class FakeServer:
         self.mode = "healthy"  # healthy | slow | 500 | 429
         self.fail_next: list[str] = []  # modes for the next requests, then `mode`
         self.slow_s = 1.0
+        # path suffix -> seconds each such request is held, then answered 504 and not stored
+        # (a gateway in front of a server whose queue is that long)
+        self.hold: dict[str, float] = {}
         self.retry_after = 1
         self.commands: list[dict[str, Any]] = []
         self.has_trace_endpoint = True
@@ -183,8 +188,9 @@ class _Handler(BaseHTTPRequestHandler):
         if mode == "500":
             return self._reply(500, {"error": "boom"})
         if mode == "429":
-            return self._reply(429, {"error": "slow down"},
-                               {"Retry-After": str(server.retry_after)})
+            return self._reply(
+                429, {"error": "slow down"}, {"Retry-After": str(server.retry_after)}
+            )
         if self.headers.get("Authorization") != f"Bearer {TOKEN}":
             return self._reply(401, {"error": "token is unknown"})
         if self.path.endswith("/trace") and not server.has_trace_endpoint:
@@ -197,6 +203,10 @@ class _Handler(BaseHTTPRequestHandler):
             with server.store.lock:
                 server.refused.append((self.path, body))
             return self._reply(server.refuse_status, {"error": refusal})
+        held = next((s for p, s in server.hold.items() if self.path.endswith(p)), None)
+        if held is not None:
+            time.sleep(held)
+            return self._reply(504, {"error": "the server did not answer in time"})
         reply = self._store(self.path, body)
         if mode == "slow":
             began = time.monotonic()
@@ -231,6 +241,7 @@ class _Handler(BaseHTTPRequestHandler):
                 store.trace_chunks[key] = body
             elif path.endswith("/heartbeat"):
                 store.heartbeats += 1
+                store.heartbeat_bodies.append(body)
         return reply
 
 

@@ -60,14 +60,19 @@ class RealServer:
         with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
             admin.execute(f'CREATE DATABASE "{self.db_name}"')
         self.manage("migrate", "--no-input", "-v", "0")
-        out = self.manage("bootstrap", "--user", "agent", "--password", "agent-test-pass",
-                          "--project", "agent")  # fmt: skip
+        out = self.manage(
+            "bootstrap", "--user", "agent", "--password", "agent-test-pass", "--project", "agent"
+        )
         self.token = next(line[6:] for line in out.splitlines() if line.startswith("token="))
         log = open(self.dir / "web.log", "ab")  # noqa: SIM115 (lives with the process)
         self.web = subprocess.Popen(
             [sys.executable, "manage.py", "runserver", "--noreload", f"127.0.0.1:{self.port}"],
-            cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
+            cwd=ROOT,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         wait_for_http(self.url + "/login/", 90, context=self.logs())
         return self
 
@@ -81,8 +86,14 @@ class RealServer:
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def manage(self, *args: str) -> str:
-        done = subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=self.env,
-                              capture_output=True, text=True, timeout=300)  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, "manage.py", *args],
+            cwd=ROOT,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         if done.returncode != 0:
             raise RuntimeError(f"manage.py {args[0]} failed:\n{done.stdout}\n{done.stderr}")
         return done.stdout
@@ -99,8 +110,9 @@ class RealServer:
 
     def run_row(self, run_id: str) -> tuple[Any, ...] | None:
         """(status, name, tags, facts) of a run, or None while it is not stored."""
-        rows = self.query("SELECT status, name, tags, facts FROM runs_run WHERE run_id = %s",
-                          run_id)  # fmt: skip
+        rows = self.query(
+            "SELECT status, name, tags, facts FROM runs_run WHERE run_id = %s", run_id
+        )
         return rows[0] if rows else None
 
     def stored_samples(self, run_id: str) -> int:
@@ -163,8 +175,7 @@ class DelayProxy:
                 try:
                     self.send_response(status)
                     for key, value in headers:
-                        if key.lower() not in ("transfer-encoding", "connection", "date",
-                                               "server"):  # fmt: skip
+                        if key.lower() not in ("transfer-encoding", "connection", "date", "server"):
                             self.send_header(key, value)
                     self.end_headers()
                     self.wfile.write(data)

@@ -13,11 +13,11 @@ import pytest
 from perfweb_agent.ab import outputs as aboutputs
 from perfweb_agent.ab import seed as abseed
 from perfweb_agent.ab.outputs import read_capture, read_outputs, summary
-from perfweb_agent.ab.stats import output_agreement
+from perfweb_contract.ab.results import output_agreement
 
 
 def changes_results(measured: dict, *, top1_min: float = 0.99, relative_max: float = 1e-2) -> bool:
-    """The A/B's own judgement of one round (perfweb_agent.ab.stats.output_agreement)."""
+    """The A/B's own judgement of one round (perfweb_contract.ab.results.output_agreement)."""
     judged = output_agreement([measured], top1_min=top1_min, rel_max=relative_max)
     return judged.within_tolerance is not True
 
@@ -42,9 +42,13 @@ def _serve(tmp_path: Path, arm: str, knob_text: str) -> list[dict]:
         aboutputs.ENV_OUTPUTS_FILE: str(path),
     }
     done = subprocess.run(
-        [sys.executable, "-c", SERVE], cwd=REPO, env=env, capture_output=True, text=True,
+        [sys.executable, "-c", SERVE],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
         timeout=300,
-    )  # fmt: skip
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "served 1280 rows"  # the script ran every request
     return read_outputs(str(path))

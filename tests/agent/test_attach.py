@@ -74,9 +74,20 @@ def test_it_forwards_sigterm_to_the_command(
         """,
     )
     proc = subprocess.Popen(
-        [sys.executable, "-m", "perfweb_agent.cli.main", "attach", *online(server), "--",
-         sys.executable, str(script)],
-        env=agent_env, cwd=ROOT, stdout=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "perfweb_agent.cli.main",
+            "attach",
+            *online(server),
+            "--",
+            sys.executable,
+            str(script),
+        ],
+        env=agent_env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     deadline = time.monotonic() + 20
     while not ready.exists() and time.monotonic() < deadline:
@@ -153,8 +164,16 @@ def test_ctrl_c_in_a_terminal_reaches_the_command_once(
         sys.exit(10 + count)
         """,
     )
-    argv = [sys.executable, "-m", "perfweb_agent.cli.main", "attach", *online(server), "--",
-            sys.executable, str(script)]
+    argv = [
+        sys.executable,
+        "-m",
+        "perfweb_agent.cli.main",
+        "attach",
+        *online(server),
+        "--",
+        sys.executable,
+        str(script),
+    ]
     pid, master = pty.fork()
     if pid == 0:  # the child: a session on the pseudo-terminal, like a shell's job
         os.chdir(ROOT)

@@ -1,4 +1,4 @@
-"""The framework callbacks (agent/callbacks) on tiny models built from configs, under
+"""The framework callbacks (agent/perfweb_agent/callbacks) on tiny models built from configs, under
 `perf-agent attach`: the run takes the trainer's run name, the train/eval phases and the
 logged loss and learning rate arrive as series, and the steps are the optimizer's, counted
 once."""
@@ -90,8 +90,9 @@ def _attached(
     env = {**env, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     result = attach(
         [*online(server), *flags, "--", sys.executable, str(path), str(tmp_path / "out")],
-        env, timeout=240,
-    )  # fmt: skip
+        env,
+        timeout=240,
+    )
     assert result.returncode == 0, result.stderr
     return result.stdout
 
@@ -118,6 +119,7 @@ def test_the_hugging_face_callback_names_the_run_marks_phases_and_sends_loss_and
     facts = server.store.facts()
     assert facts["run.name_source"] == "transformers args.run_name"
     assert (facts["phases.eval_count"], facts["callbacks.framework"]) == (2, "transformers")
+    assert facts["framework.trainer"] == "transformers"  # the fixes' snippets follow it
     # Steps are still the optimizer's (12 backwards, 6 steps), counted once.
     assert server.store.steps() == list(range(6))
     assert (facts["steps.source"], facts["workload.kind"]) == ("optimizer", "training")
@@ -146,6 +148,7 @@ def test_the_lightning_callback_names_the_run_marks_phases_and_sends_loss_and_lr
     assert server.store.metric("rank:0", "scalar.train_loss") == []  # training's: not resent
     facts = server.store.facts()
     assert facts["run.name_source"] == "lightning logger.name"
+    assert facts["framework.trainer"] == "lightning"
     assert server.store.steps() == list(range(10))  # validation batches are not steps
     assert facts["steps.source"] == "optimizer"
 
@@ -166,9 +169,13 @@ def test_the_package_imports_without_the_framework_and_says_what_to_install(
 ) -> None:
     path = write_script(tmp_path, MISSING_FRAMEWORK)
     result = subprocess.run(
-        [sys.executable, str(path)], cwd=ROOT, capture_output=True, text=True, timeout=60,
+        [sys.executable, str(path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
-    )  # fmt: skip
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("perfweb_agent.callbacks.PerfwebCallback needs transformers")
     assert "pip install transformers" in result.stdout
@@ -178,8 +185,8 @@ def test_a_callback_without_an_agent_does_nothing_and_says_how_to_attach(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     from perfweb_agent.callbacks.bridge import AgentBridge
-    from perfweb_agent.runtime.logger import _said
-    from perfweb_agent.runtime.logger import log as agent_log
+    from perfweb_agent.core.logger import _said
+    from perfweb_agent.core.logger import log as agent_log
 
     _said.discard("callback-without-agent")
     agent_log.addHandler(caplog.handler)

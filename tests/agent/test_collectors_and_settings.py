@@ -5,13 +5,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from perfweb_agent.cli.doctor import doctor, server_lines
 from perfweb_agent.collectors.process import ProcessCollector, ProcfsSource, PsutilSource
-from perfweb_agent.runtime.config import load_settings, settings_env
+from perfweb_agent.core.config import load_settings, settings_env
 from perfweb_contract import protocol
 from tests.agent.conftest import ROOT, attach, online, write_script
 from tests.agent.fakeserver import TOKEN, FakeServer
@@ -42,8 +43,10 @@ def test_psutil_and_procfs_sources_agree_on_this_process_and_its_children() -> N
     # Measure once both children are fully started: a starting interpreter's RSS still grows
     # between the two sources' reads.
     ready = "import time; print('ready', flush=True); time.sleep(5)"
-    kids = [subprocess.Popen([sys.executable, "-c", ready], stdout=subprocess.PIPE, text=True)
-            for _ in range(2)]
+    kids = [
+        subprocess.Popen([sys.executable, "-c", ready], stdout=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
     try:
         for kid in kids:
             assert kid.stdout is not None and kid.stdout.readline().strip() == "ready"
@@ -61,11 +64,42 @@ def test_psutil_and_procfs_sources_agree_on_this_process_and_its_children() -> N
             kid.wait()
 
 
+def test_the_procfs_source_counts_the_children_that_are_runnable() -> None:
+    """A child that computes is runnable at every read; one that sleeps is not."""
+    import subprocess
+
+    codes = [
+        "import time; print('ready', flush=True); time.sleep(30)",
+        "print('ready', flush=True)\nwhile True: pass",
+    ]
+    kids = [
+        subprocess.Popen([sys.executable, "-c", c], stdout=subprocess.PIPE, text=True)
+        for c in codes
+    ]
+    try:
+        for kid in kids:
+            assert kid.stdout is not None and kid.stdout.readline().strip() == "ready"
+        source = ProcfsSource()
+        for _ in range(500):  # until the sleeper is past its print and asleep
+            assert source.children() is not None
+            if source.runnable_children == 1:
+                break
+            time.sleep(0.01)
+        assert source.runnable_children == 1
+    finally:
+        for kid in kids:
+            kid.kill()
+            kid.wait()
+
+
 def test_settings_come_from_env_and_round_trip_to_children() -> None:
     env = {
-        protocol.ENV_SERVER: "http://s:8000", protocol.ENV_TOKEN: "t",
-        "PERF_AGENT_NAME": "resnet", "PERF_AGENT_INTERVAL": "0.1",
-        "PERF_AGENT_TAGS": "team=vision,exp=3", protocol.ENV_RUN_ID: "abcdef0123",
+        protocol.ENV_SERVER: "http://s:8000",
+        protocol.ENV_TOKEN: "t",
+        "PERF_AGENT_NAME": "resnet",
+        "PERF_AGENT_INTERVAL": "0.1",
+        "PERF_AGENT_TAGS": "team=vision,exp=3",
+        protocol.ENV_RUN_ID: "abcdef0123",
     }
     settings = load_settings(env, tags=["extra=1"])
     assert (settings.server, settings.token, settings.name) == ("http://s:8000", "t", "resnet")
@@ -73,7 +107,11 @@ def test_settings_come_from_env_and_round_trip_to_children() -> None:
     assert settings.tags == {"team": "vision", "exp": "3", "extra": "1"}
     again = load_settings(settings_env(settings))
     assert (again.run_id, again.tags, again.server, again.launched) == (
-        settings.run_id, settings.tags, settings.server, True)
+        settings.run_id,
+        settings.tags,
+        settings.server,
+        True,
+    )
 
 
 def test_bad_settings_fall_back_to_defaults_instead_of_raising() -> None:
@@ -97,7 +135,11 @@ def _doctor_cli(*args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PERF_AGENT_")}
     return subprocess.run(
         [sys.executable, "-m", "perfweb_agent.cli.main", "doctor", *args],
-        env=env, capture_output=True, text=True, timeout=60, cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
     )
 
 
@@ -136,7 +178,8 @@ def test_each_torchrun_rank_reports_as_a_rank_of_the_same_run(
     torchrun = Path(sys.executable).with_name("torchrun")
     result = attach(
         [*online(server), "--", str(torchrun), "--nproc-per-node", "2", str(script)],
-        agent_env, timeout=120,
+        agent_env,
+        timeout=120,
     )
     assert result.returncode == 0, result.stderr
     starts = list(server.store.starts.values())

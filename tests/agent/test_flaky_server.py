@@ -35,16 +35,31 @@ def test_down_then_500s_then_429_then_healthy_loses_and_doubles_nothing(
     agent_env = {**agent_env, "PERF_AGENT_BACKOFF_BASE": "0.1", "PERF_AGENT_BACKOFF_MAX": "1"}
     server.down()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "perfweb_agent.cli.main", "attach", *online(server), "--",
-         sys.executable, str(script)],
-        env=agent_env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "perfweb_agent.cli.main",
+            "attach",
+            *online(server),
+            "--",
+            sys.executable,
+            str(script),
+        ],
+        env=agent_env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     time.sleep(1.5)
     server.fail_next = ["500", "500", "500", "429"]
     server.up()
     out, err = proc.communicate(timeout=60)
     baseline = subprocess.run(
-        [sys.executable, str(script)], capture_output=True, text=True, cwd=ROOT,
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
         env={**agent_env, "PYTHONPATH": ""},
     )
     assert proc.returncode == 5 == baseline.returncode

@@ -20,19 +20,66 @@ a = perfweb_agent.attach(server=sys.argv[1], token=sys.argv[2], interval=0.05, f
 for _ in range(3):
     perfweb_agent.step()
 # fork while another thread holds the agent's sample lock: the child must not deadlock
-lock = a.sender.samples._lock
+lock = a.batches.samples._lock
 lock.acquire()
 pid = os.fork()
 if pid == 0:
     for _ in range(5):
         perfweb_agent.step()
-    a.sender.samples.add("process", "child.sample", time.time(), 1.0)
+    a.batches.samples.add("process", "child.sample", time.time(), 1.0)
     perfweb_agent.shutdown()
     sys.exit(0)  # a normal exit: atexit runs in the child too
 lock.release()
 _, status = os.waitpid(pid, 0)
 print("child", os.waitstatus_to_exitcode(status))
 sys.exit(4)
+"""
+
+FORKED_TRAINERS = """
+import os, sys, torch
+from torch import nn
+import perfweb_agent
+a = perfweb_agent.attach(server=sys.argv[1], token=sys.argv[2], interval=0.05, flush_interval=0.1)
+lock = a.batches.samples._lock
+children = []
+for seed in range(2):
+    lock.acquire()  # held at the fork: the child must neither deadlock nor send the parent's
+    pid = os.fork()
+    if pid == 0:
+        model = nn.Linear(8, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        for _ in range(6):
+            opt.zero_grad()
+            model(torch.randn(4, 8)).sum().backward()
+            opt.step()
+        os._exit(0)  # no atexit: the agent flushes at os._exit
+    lock.release()
+    children.append(pid)
+print([os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in children])
+"""
+
+WORKER_THAT_BACKPROPAGATES = """
+import sys, torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+import perfweb_agent
+perfweb_agent.attach(server=sys.argv[1], token=sys.argv[2], interval=0.05, flush_interval=0.1)
+
+class Adversarial(Dataset):  # each sample nudged along its own gradient, in the worker
+    def __len__(self):
+        return 16
+    def __getitem__(self, i):
+        x = torch.randn(8, requires_grad=True)
+        (x * x).sum().backward()
+        return (x + 0.01 * x.grad).detach()
+
+model = nn.Linear(8, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for x in DataLoader(Adversarial(), batch_size=4, num_workers=1):
+    opt.zero_grad()
+    model(x).sum().backward()
+    opt.step()
+print("done")
 """
 
 OFFLINE = """
@@ -51,8 +98,12 @@ def test_a_forked_child_sends_nothing_and_does_not_deadlock(
 ) -> None:
     script = write_script(tmp_path, FORKING)
     result = subprocess.run(
-        [sys.executable, str(script), server.url, TOKEN], env=agent_env, cwd=ROOT,
-        capture_output=True, text=True, timeout=30,
+        [sys.executable, str(script), server.url, TOKEN],
+        env=agent_env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
     assert (result.returncode, result.stdout) == (4, "child 0\n"), result.stderr
     assert len(server.store.starts) == 1
@@ -62,13 +113,56 @@ def test_a_forked_child_sends_nothing_and_does_not_deadlock(
     assert finish["final"] is True and finish["exit_code"] == 4  # standalone: it ends the run
 
 
+def test_forked_children_that_train_report_each_as_a_rank_and_leave_the_run_to_the_parent(
+    tmp_path: Path, server: FakeServer, agent_env: dict[str, str]
+) -> None:
+    script = write_script(tmp_path, FORKED_TRAINERS)
+    result = subprocess.run(
+        [sys.executable, str(script), server.url, TOKEN],
+        env=agent_env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (result.returncode, result.stdout) == (0, "[0, 0]\n"), result.stderr
+    starts = server.store.starts
+    children = {agent: body for agent, body in starts.items() if body["rank"] is not None}
+    assert len(starts) == 3 and sorted(b["rank"] for b in children.values()) == [0, 1]
+    assert all(body["facts"]["agent.forked"] for body in children.values())
+    for agent in children:
+        assert server.store.steps(agent) == list(range(6))
+        assert server.store.finishes[agent]["final"] is False  # the parent ends the run
+    (parent,) = set(starts) - set(children)
+    assert server.store.steps(parent) == []
+    assert server.store.finishes[parent]["final"] is True
+
+
+def test_a_dataloader_worker_that_runs_a_backward_still_sends_nothing(
+    tmp_path: Path, server: FakeServer, agent_env: dict[str, str]
+) -> None:
+    script = write_script(tmp_path, WORKER_THAT_BACKPROPAGATES)
+    result = subprocess.run(
+        [sys.executable, str(script), server.url, TOKEN],
+        env=agent_env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (result.returncode, result.stdout) == (0, "done\n"), result.stderr
+    assert len(server.store.starts) == 1  # the script; its loader's worker is no rank
+    assert server.store.steps() == [0, 1, 2, 3]
+
+
 def test_offline_writes_the_protocol_layout_and_upload_sends_it_once(
     tmp_path: Path, server: FakeServer, agent_env: dict[str, str], capsys
 ) -> None:
     out = tmp_path / "offline"
     script = write_script(tmp_path, OFFLINE)
-    subprocess.run([sys.executable, str(script), str(out)], env=agent_env, cwd=ROOT,
-                   check=True, timeout=30)
+    subprocess.run(
+        [sys.executable, str(script), str(out)], env=agent_env, cwd=ROOT, check=True, timeout=30
+    )
     (run_dir,) = out.iterdir()
     (agent_dir,) = run_dir.iterdir()
     names = sorted(p.name for p in agent_dir.iterdir())

@@ -82,9 +82,12 @@ PROBE = textwrap.dedent(
 def _probe(knob_text: str, kind: str = "mlp", mode: str = "eval") -> dict:
     env = {**os.environ, "PERF_AGENT_KNOBS": knob_text, "PYTHONPATH": str(REPO)}
     done = subprocess.run(
-        [sys.executable, "-c", PROBE, kind, mode], env=env, capture_output=True, text=True,
+        [sys.executable, "-c", PROBE, kind, mode],
+        env=env,
+        capture_output=True,
+        text=True,
         timeout=300,
-    )  # fmt: skip
+    )
     assert done.returncode == 0, done.stderr
     assert "deprecated" not in done.stderr  # the agent keeps torch.ao's warning to itself
     return json.loads(done.stdout.strip().splitlines()[-1])

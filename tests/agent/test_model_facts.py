@@ -15,9 +15,12 @@ def _mlp() -> object:
 
 def _convnet() -> object:
     return torch.nn.Sequential(
-        torch.nn.Conv2d(3, 32, 3), torch.nn.BatchNorm2d(32), torch.nn.Conv2d(32, 32, 3),
-        torch.nn.Flatten(), torch.nn.Linear(8, 4),
-    )  # fmt: skip
+        torch.nn.Conv2d(3, 32, 3),
+        torch.nn.BatchNorm2d(32),
+        torch.nn.Conv2d(32, 32, 3),
+        torch.nn.Flatten(),
+        torch.nn.Linear(8, 4),
+    )
 
 
 def test_it_reads_a_linear_dominated_fp32_model() -> None:

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from perfweb_agent.runtime.buffer import StepBuffer
+from perfweb_agent.core.buffer import StepBuffer
 from perfweb_agent.runtime.modules import ModuleWatch
 from perfweb_agent.runtime.steps import StepTimer
 

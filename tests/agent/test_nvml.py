@@ -7,7 +7,7 @@ import logging
 import pytest
 
 from perfweb_agent.collectors.nvml import NvmlCollector
-from perfweb_agent.runtime import logger as agent_log
+from perfweb_agent.core import logger as agent_log
 from tests.agent.nvml_fixtures import H100_LOAD, H100_MIG, MIB, RecordedNvml
 
 
@@ -43,9 +43,7 @@ def test_it_reads_an_h100_under_load() -> None:
     assert second[("gpu:0", "gpu.sm_active")] == 97.5
     assert second[("gpu:0", "gpu.tensor_active")] == 61.0
     # the energy counter, mJ in NVML, in joules: one second at 625.68 W between the readings
-    assert second[("gpu:0", "gpu.energy")] - first[("gpu:0", "gpu.energy")] == pytest.approx(
-        625.68
-    )
+    assert second[("gpu:0", "gpu.energy")] - first[("gpu:0", "gpu.energy")] == pytest.approx(625.68)
 
 
 def test_one_field_values_call_per_gpu_per_tick_handles_cached_processes_less_often() -> None:
@@ -77,13 +75,20 @@ def test_devices_and_facts_describe_each_gpu() -> None:
     nvml = NvmlCollector(RecordedNvml([H100_LOAD]), clock=Clock())
     (device,) = nvml.devices()
     assert device == {
-        "key": "gpu:0", "kind": "gpu", "index": 0,
+        "key": "gpu:0",
+        "kind": "gpu",
+        "index": 0,
         "uuid": "GPU-00000000-0000-0000-0000-000000000000",
-        "name": "NVIDIA H100 80GB HBM3", "memory_total": 81559 * MIB,
-        "power_limit": 700.0, "mig": False,
+        "name": "NVIDIA H100 80GB HBM3",
+        "memory_total": 81559 * MIB,
+        "power_limit": 700.0,
+        "mig": False,
     }
-    assert nvml.facts() == {"nvml.available": True, "nvml.driver_version": "590.48.01",
-                            "gpu.count": 1}
+    assert nvml.facts() == {
+        "nvml.available": True,
+        "nvml.driver_version": "590.48.01",
+        "gpu.count": 1,
+    }
 
 
 class Recorder(logging.Handler):
@@ -130,8 +135,8 @@ def test_the_real_query_maps_onto_the_installed_pynvml() -> None:
 def test_only_local_rank_zero_samples_the_hosts_gpus(
     monkeypatch: pytest.MonkeyPatch, tmp_path, local_rank: str | None, expects_gpus: bool
 ) -> None:
+    from perfweb_agent.core.config import load_settings
     from perfweb_agent.runtime.agent import Agent
-    from perfweb_agent.runtime.config import load_settings
 
     if local_rank is None:
         monkeypatch.delenv("LOCAL_RANK", raising=False)
@@ -140,10 +145,10 @@ def test_only_local_rank_zero_samples_the_hosts_gpus(
     settings = load_settings(env={}, offline=str(tmp_path))
     agent = Agent(settings, nvml_query=RecordedNvml([H100_LOAD]))
     agent._tick()
-    metrics, _ = agent.sender.samples.drain()
+    metrics, _ = agent.batches.samples.drain()
     gpu_series = [m for m in metrics if m["device"] == "gpu:0"]
     assert bool(gpu_series) is expects_gpus
-    assert bool(agent.sender.devices) is expects_gpus
+    assert bool(agent.batches.devices) is expects_gpus
     assert any(m["device"] == "process" for m in metrics)
 
 

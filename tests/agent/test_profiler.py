@@ -32,8 +32,7 @@ for step in range(int(sys.argv[5])):
 
 
 def run(script: Path, env: dict[str, str], *args: str) -> None:
-    subprocess.run([sys.executable, str(script), *args], env=env, cwd=ROOT, check=True,
-                   timeout=60)
+    subprocess.run([sys.executable, str(script), *args], env=env, cwd=ROOT, check=True, timeout=60)
 
 
 def test_after_warm_up_a_window_is_written_to_the_offline_directory(
@@ -103,8 +102,13 @@ def test_an_inference_window_stays_on_kineto_and_says_what_each_part_cost(
     script = write_script(tmp_path, INFER)
     out = tmp_path / "offline"
     result = subprocess.run(
-        [sys.executable, str(script), str(out)], env=agent_env, cwd=ROOT,
-        capture_output=True, text=True, timeout=60, check=True,
+        [sys.executable, str(script), str(out)],
+        env=agent_env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
     )
     assert result.stdout == "False\n"
     traces = list(out.glob("*/*/traces/*.pt.trace.json.gz"))
@@ -120,16 +124,17 @@ def test_an_inference_window_stays_on_kineto_and_says_what_each_part_cost(
 def test_a_window_heavier_than_the_budget_makes_the_next_scheduled_windows_shorter() -> None:
     from types import SimpleNamespace
 
-    from perfweb_agent.runtime.buffer import FactBuffer
-    from perfweb_agent.runtime.config import Settings
+    from perfweb_agent.core.buffer import FactBuffer
+    from perfweb_agent.core.config import Settings
     from perfweb_agent.runtime.profiler import TRACE_JSON_BUDGET_BYTES, ProfilerWindows
 
     facts = FactBuffer()
     agent = SimpleNamespace(
-        settings=Settings(profile_steps=5), timer=SimpleNamespace(listeners=[]),
-        sender=SimpleNamespace(facts=facts),
+        settings=Settings(profile_steps=5),
+        timer=SimpleNamespace(listeners=[]),
+        facts=facts,
     )
-    windows = ProfilerWindows(agent)
+    windows = ProfilerWindows(agent, ship=lambda name, data: None)
     windows._fit_window(TRACE_JSON_BUDGET_BYTES, 5)  # on budget: unchanged
     assert windows.steps_per_window == 5
     windows._fit_window(2 * TRACE_JSON_BUDGET_BYTES + 1, 5)  # twice the events per step

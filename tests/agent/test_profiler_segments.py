@@ -11,14 +11,11 @@ from typing import Any
 import pytest
 import torch
 
-from perfweb_agent.runtime.buffer import FactBuffer
-from perfweb_agent.runtime.config import Settings
-from perfweb_agent.runtime.profiler import (
-    SEGMENT_CLOSE_BUDGET_S,
-    WINDOW_RSS_BUDGET_BYTES,
-    ProfilerWindows,
-    segment_length,
-)
+from perfweb_agent.core.buffer import FactBuffer
+from perfweb_agent.core.config import Settings
+from perfweb_agent.delivery.traces import Shipped
+from perfweb_agent.runtime.kineto import SEGMENT_CLOSE_BUDGET_S, segment_length
+from perfweb_agent.runtime.profiler import WINDOW_RSS_BUDGET_BYTES, ProfilerWindows
 
 
 class _Augmented(torch.utils.data.Dataset):  # type: ignore[type-arg]
@@ -34,17 +31,27 @@ class _Augmented(torch.utils.data.Dataset):  # type: ignore[type-arg]
         return x
 
 
-def _windows(rss: Any = None) -> tuple[ProfilerWindows, FactBuffer]:
-    """ProfilerWindows on a stand-in agent (its traces go to `shipped_traces`)."""
+def _windows(
+    shipped: dict[str, bytes] | None = None, rss: Any = None, warmup: int = 10**9
+) -> tuple[ProfilerWindows, FactBuffer]:
+    """ProfilerWindows on a stand-in agent; the traces it ships go into `shipped`."""
     facts = FactBuffer()
     agent = SimpleNamespace(
-        settings=Settings(profile_steps=5, profile_warmup_steps=10**9),
-        timer=SimpleNamespace(listeners=[]),
-        sender=SimpleNamespace(facts=facts),
+        # no operator shapes: with them this loop's ~3,300 events a step outgrow the window's
+        # RSS budget after 3 steps (the cut is tested on its own); these tests are of segments
+        settings=Settings(profile_steps=5, profile_warmup_steps=warmup, profile_shapes=False),
+        timer=SimpleNamespace(listeners=[], source="backward"),
+        facts=facts,
         rank=0,
     )
+    into = {} if shipped is None else shipped
+
+    def ship(name: str, data: bytes) -> Shipped:
+        into[name] = data
+        return Shipped("offline")
+
     kwargs = {} if rss is None else {"rss": rss}
-    windows = ProfilerWindows(agent, **kwargs)
+    windows = ProfilerWindows(agent, ship=ship, **kwargs)
     return windows, facts
 
 
@@ -60,15 +67,9 @@ def _run(windows: ProfilerWindows, steps: int, *, request_at: int, length: int) 
 
 
 @pytest.fixture
-def shipped_traces(monkeypatch: pytest.MonkeyPatch) -> dict[str, bytes]:
-    shipped: dict[str, bytes] = {}
-
-    def deliver(agent: Any, name: str, data: bytes) -> str:
-        shipped[name] = data
-        return "offline"
-
-    monkeypatch.setattr("perfweb_agent.delivery.traces.deliver", deliver)
-    return shipped
+def shipped_traces() -> dict[str, bytes]:
+    """The traces a test's windows shipped, by name."""
+    return {}
 
 
 def test_the_next_segment_is_as_long_as_the_close_budget_allows() -> None:
@@ -84,7 +85,7 @@ def test_the_next_segment_is_as_long_as_the_close_budget_allows() -> None:
 def test_an_input_bound_window_is_recorded_in_segments_and_merged_into_one_trace(
     shipped_traces: dict[str, bytes],
 ) -> None:
-    windows, facts = _windows()
+    windows, facts = _windows(shipped_traces)
     _run(windows, 12, request_at=3, length=5)
     windows.poll()
     recorded = facts.snapshot()
@@ -97,9 +98,7 @@ def test_an_input_bound_window_is_recorded_in_segments_and_merged_into_one_trace
     assert trace["baseTimeNanoseconds"] and trace["traceName"] == "rank0-step3-8"
     events = trace["traceEvents"]
     # every step of the window is there: its DataLoader fetch and its batch's ops
-    fetches = sorted(
-        (e["ts"], e["dur"]) for e in events if "DataLoader" in str(e.get("name"))
-    )
+    fetches = sorted((e["ts"], e["dur"]) for e in events if "DataLoader" in str(e.get("name")))
     assert len(fetches) == 5
     # moved earlier by the profiler's own time between segments, and not further: the steps
     # follow one another without overlapping
@@ -109,7 +108,8 @@ def test_an_input_bound_window_is_recorded_in_segments_and_merged_into_one_trace
     metadata = [json.dumps(e, sort_keys=True) for e in events if e.get("ph") == "M"]
     assert len(metadata) == len(set(metadata))
     assert [e["name"] for e in events if e.get("ph") == "i"] == [
-        "Iteration Start: PyTorch Profiler", "Record Window End"
+        "Iteration Start: PyTorch Profiler",
+        "Record Window End",
     ]
 
 
@@ -117,7 +117,7 @@ def test_a_window_ends_early_once_the_process_grew_past_the_budget(
     shipped_traces: dict[str, bytes],
 ) -> None:
     sizes = iter([100 * 2**20, 100 * 2**20 + WINDOW_RSS_BUDGET_BYTES + 1])
-    windows, facts = _windows(rss=lambda: next(sizes, 500 * 2**20))
+    windows, facts = _windows(shipped_traces, rss=lambda: next(sizes, 500 * 2**20))
     _run(windows, 10, request_at=2, length=5)
     windows.poll()
     recorded = facts.snapshot()
@@ -128,7 +128,7 @@ def test_a_window_ends_early_once_the_process_grew_past_the_budget(
 
 
 def test_a_light_loop_needs_few_segments(shipped_traces: dict[str, bytes]) -> None:
-    windows, facts = _windows()
+    windows, facts = _windows(shipped_traces)
     model = torch.nn.Linear(8, 8)
     for step in range(10):
         if step == 1:
@@ -143,10 +143,12 @@ def test_a_light_loop_needs_few_segments(shipped_traces: dict[str, bytes]) -> No
 
 
 def test_the_trace_file_of_a_window_that_could_not_be_merged_is_not_left_behind(
-    shipped_traces: dict[str, bytes], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    shipped_traces: dict[str, bytes],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
-    windows, facts = _windows()
+    windows, facts = _windows(shipped_traces)
     _run(windows, 4, request_at=1, length=2)
     with windows._lock:
         ready = windows._ready[0]
@@ -163,7 +165,7 @@ def test_a_boundary_inside_a_scope_restarts_only_once_the_scope_closed(
     # started there would get that scope's end written into the stopped one's freed records
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
-    windows, facts = _windows()
+    windows, facts = _windows(shipped_traces)
     model = torch.nn.Linear(64, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     loader = iter(torch.utils.data.DataLoader(_Augmented(), batch_size=32))
@@ -198,7 +200,7 @@ def test_a_boundary_inside_a_scope_restarts_only_once_the_scope_closed(
 def test_a_scope_that_began_inside_the_window_and_spans_steps_ends_it(
     shipped_traces: dict[str, bytes],
 ) -> None:
-    windows, facts = _windows()
+    windows, facts = _windows(shipped_traces)
     loader = iter(torch.utils.data.DataLoader(_Augmented(), batch_size=32))
     for step in range(8):
         if step == 1:
@@ -213,6 +215,54 @@ def test_a_scope_that_began_inside_the_window_and_spans_steps_ends_it(
     assert "stayed open across a step" in facts.snapshot()["profiler.window_cut"]
     assert len(shipped_traces) == 1
     assert torch.autograd.profiler.record_function.__enter__.__module__ == "torch.autograd.profiler"
+
+
+def test_no_window_opens_once_the_agent_closed() -> None:
+    # issue 27: steps a source confirms only at exit opened a window after close(); still
+    # recording when the interpreter was torn down, it crashed the script (SIGSEGV)
+    windows, facts = _windows(warmup=2)
+    windows.close()
+    windows.on_step(30)
+    assert windows._window is None and not torch.autograd.profiler._is_profiler_enabled
+    assert facts.snapshot()["profiler.skipped"].startswith(
+        "this run's 30 steps were only confirmed as steps when it ended (backward boundaries"
+    )
+
+
+def test_a_boundary_inside_a_backward_pass_neither_starts_nor_stops_the_profiler(
+    shipped_traces: dict[str, bytes],
+) -> None:
+    # the autograd engine puts the thread's profiler state back when a node returns: a
+    # segment started or stopped in a gradient hook is undone behind torch's back
+    windows, facts = _windows(shipped_traces)
+    model = torch.nn.Linear(8, 1)
+    step = [0]
+    states: list[tuple[bool, Any]] = []
+
+    def boundary(_: Any) -> None:  # an optimizer stepped in the hook, say
+        windows.on_step(step[0])
+        states.append((windows._window is not None, windows._profile))
+        step[0] += 1
+
+    model.weight.register_post_accumulate_grad_hook(boundary)
+    windows.request(3)
+    model(torch.randn(4, 8)).sum().backward()
+    assert states == [(False, None)]  # put off: not opened inside the backward
+    assert "put off" in facts.snapshot()["profiler.skipped"]
+    windows.on_step(step[0])  # a boundary outside: it opens here
+    profile = windows._profile
+    assert profile is not None
+    for _ in range(4):
+        model(torch.randn(4, 8)).sum().backward()
+    assert {p for _, p in states[1:]} == {profile}  # never stopped nor restarted in there
+    assert torch.autograd.profiler._is_profiler_enabled
+    windows.on_step(step[0])  # outside again: the window ends
+    assert windows._window is None and not torch.autograd.profiler._is_profiler_enabled
+    windows.poll()
+    assert "outside backward passes" in facts.snapshot()["profiler.one_piece"]
+    (trace,) = shipped_traces.values()
+    events = json.loads(gzip.decompress(trace))["traceEvents"]
+    assert sum(1 for e in events if e.get("name") == "aten::addmm") == 4
 
 
 WORKERS_DURING_A_WINDOW = """
@@ -245,11 +295,20 @@ def test_dataloader_workers_forked_while_a_window_records_do_not_touch_it(
 
     script = write_script(tmp_path, WORKERS_DURING_A_WINDOW)
     out = tmp_path / "offline"
-    done = subprocess.run([sys.executable, str(script), str(out)], env=agent_env, cwd=ROOT,
-                          capture_output=True, text=True, timeout=120, check=True)
+    env = {**agent_env, "PERF_AGENT_PROFILE_SHAPES": "0"}  # as _windows: a test of segments
+    done = subprocess.run(
+        [sys.executable, str(script), str(out)],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     assert done.stdout == "16\n"
     traces = list(out.glob("*/*/traces/*.pt.trace.json.gz"))
-    assert [t.name for t in traces] == ["rank0-step2-7.pt.trace.json.gz"]
+    # due after 2 steps, the window waits out step 2, the one the FLOPs count runs over
+    assert [t.name for t in traces] == ["rank0-step3-8.pt.trace.json.gz"]
     trace = json.loads(gzip.decompress(traces[0].read_bytes()))
     steps = [e for e in trace["traceEvents"] if e.get("name") == "Optimizer.step#SGD.step"]
     assert len(steps) == 5

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from perfweb_agent.runtime import sanitize
+from perfweb_agent.core import sanitize
 from tests.agent.conftest import ROOT, write_script
 from tests.agent.realserver import DelayProxy, RealServer
 
@@ -70,11 +70,28 @@ def test_samples_are_stored_while_the_run_goes_on_behind_a_server_answering_in_1
     run_id = "slow" + os.urandom(8).hex()
     env = {**env, "PERF_AGENT_EXIT_DEADLINE": "45"}  # room for the last batch and finish
     proc = subprocess.Popen(
-        [sys.executable, "-m", "perfweb_agent.cli.main", "attach", "--server", proxy.url, "--token",
-         real.token, "--http-timeout", "15", "--", sys.executable, str(script), str(stop)],
-        env={**env, "PERF_AGENT_RUN_ID": run_id}, cwd=ROOT, text=True,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "perfweb_agent.cli.main",
+            "attach",
+            "--server",
+            proxy.url,
+            "--token",
+            real.token,
+            "--http-timeout",
+            "15",
+            "--",
+            sys.executable,
+            str(script),
+            str(stop),
+        ],
+        env={**env, "PERF_AGENT_RUN_ID": run_id},
+        cwd=ROOT,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         took = wait_for("samples stored", lambda: real.stored_samples(run_id) > 0, 90, real)
         row = real.run_row(run_id)
@@ -100,6 +117,80 @@ def test_samples_are_stored_while_the_run_goes_on_behind_a_server_answering_in_1
     assert not list((tmp_path / "spill").rglob("*.json*"))
 
 
+EXITS_7 = "import time\ntime.sleep(1)\nprint('done')\nraise SystemExit(7)\n"
+
+
+def test_a_run_that_ends_while_a_10_s_server_holds_its_requests_waits_for_its_end_not_lost(
+    real: RealServer, env: dict[str, str], tmp_path: Path
+) -> None:
+    # Every request answered 10 s late and a 2 s exit deadline: when the script exits, each
+    # agent still waits on its start, so its finish was never sent.
+    script = write_script(tmp_path, EXITS_7)
+    proxy = DelayProxy(real.url, delay_s=10.0)
+    run_id = "held" + os.urandom(8).hex()
+    try:
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "perfweb_agent.cli.main",
+                "attach",
+                "--server",
+                proxy.url,
+                "--token",
+                real.token,
+                "--http-timeout",
+                "15",
+                "--",
+                sys.executable,
+                str(script),
+            ],
+            env={**env, "PERF_AGENT_RUN_ID": run_id, "PERF_AGENT_EXIT_DEADLINE": "2"},
+            cwd=ROOT,
+            text=True,
+            capture_output=True,
+            timeout=120,
+        )
+    finally:
+        proxy.close()
+    assert (done.returncode, done.stdout) == (7, "done\n"), done.stderr
+    assert len(list((tmp_path / "spill" / run_id).rglob("finish.json"))) == 2
+    swept = real.manage(
+        "shell",
+        "-c",
+        "from perfweb.runs.services import runs_mark_lost; print(runs_mark_lost(silent_for=0))",
+    )
+    assert swept.split()[-1] == "0"  # every agent silent, yet not lost: its end is on the way
+    assert real.query("SELECT status, exit_code FROM runs_run WHERE run_id = %s", run_id) == [
+        ("running", None)
+    ]
+    sent = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "perfweb_agent.cli.main",
+            "upload",
+            str(tmp_path / "spill"),
+            "--server",
+            real.url,
+            "--token",
+            real.token,
+            "--delete",
+        ],
+        env=env,
+        cwd=ROOT,
+        text=True,
+        capture_output=True,
+        timeout=120,
+    )
+    assert sent.returncode == 0, sent.stdout + sent.stderr
+    assert real.query("SELECT status, exit_code FROM runs_run WHERE run_id = %s", run_id) == [
+        ("failed", 7)
+    ]
+    (produced,) = real.produced(run_id)
+    assert real.stored_samples(run_id) == produced["samples"] > 0
+
+
 def test_the_next_attach_on_the_host_sends_what_an_earlier_run_left_behind(
     real: RealServer, env: dict[str, str], tmp_path: Path
 ) -> None:
@@ -109,12 +200,25 @@ def test_the_next_attach_on_the_host_sends_what_an_earlier_run_left_behind(
     earlier = "gone" + os.urandom(8).hex()
     try:
         first = subprocess.run(
-            [sys.executable, "-m", "perfweb_agent.cli.main", "attach", "--server", proxy.url,
-             "--token",
-             real.token, "--", sys.executable, str(script)],
+            [
+                sys.executable,
+                "-m",
+                "perfweb_agent.cli.main",
+                "attach",
+                "--server",
+                proxy.url,
+                "--token",
+                real.token,
+                "--",
+                sys.executable,
+                str(script),
+            ],
             env={**env, "PERF_AGENT_RUN_ID": earlier, "PERF_AGENT_EXIT_DEADLINE": "1"},
-            cwd=ROOT, text=True, capture_output=True, timeout=120,
-        )  # fmt: skip
+            cwd=ROOT,
+            text=True,
+            capture_output=True,
+            timeout=120,
+        )
         assert first.returncode == 0, first.stderr
         assert "the next agent on this host sends them" in first.stderr
         assert real.run_row(earlier) is None
@@ -122,12 +226,25 @@ def test_the_next_attach_on_the_host_sends_what_an_earlier_run_left_behind(
         proxy.failing = False  # the server is back
         later = "next" + os.urandom(8).hex()
         second = subprocess.run(
-            [sys.executable, "-m", "perfweb_agent.cli.main", "attach", "--server", proxy.url,
-             "--token",
-             real.token, "--", sys.executable, str(script)],
-            env={**env, "PERF_AGENT_RUN_ID": later}, cwd=ROOT, text=True,
-            capture_output=True, timeout=120,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "perfweb_agent.cli.main",
+                "attach",
+                "--server",
+                proxy.url,
+                "--token",
+                real.token,
+                "--",
+                sys.executable,
+                str(script),
+            ],
+            env={**env, "PERF_AGENT_RUN_ID": later},
+            cwd=ROOT,
+            text=True,
+            capture_output=True,
+            timeout=120,
+        )
     finally:
         proxy.close()
     assert second.returncode == 0, second.stderr
@@ -158,10 +275,17 @@ def test_a_nul_in_a_tag_still_stores_the_run_and_its_samples_on_postgresql(
     run_id = "nul0" + os.urandom(8).hex()
     done = subprocess.run(
         [sys.executable, str(script)],
-        env={**env, "PERF_AGENT_RUN_ID": run_id, "PERF_AGENT_SERVER": real.url,
-             "PERF_AGENT_TOKEN": real.token},
-        cwd=ROOT, text=True, capture_output=True, timeout=120,
-    )  # fmt: skip
+        env={
+            **env,
+            "PERF_AGENT_RUN_ID": run_id,
+            "PERF_AGENT_SERVER": real.url,
+            "PERF_AGENT_TOKEN": real.token,
+        },
+        cwd=ROOT,
+        text=True,
+        capture_output=True,
+        timeout=120,
+    )
     assert done.returncode == 0 and done.stdout == "done\n", done.stderr
     row = real.run_row(run_id)
     assert row is not None, done.stderr + real.logs()
@@ -184,11 +308,26 @@ def test_a_lightning_callbacks_run_name_phases_and_scalars_are_stored_on_postgre
     script = write_script(tmp_path, LIGHTNING_TRAINER)
     run_id = "cbk0" + os.urandom(8).hex()
     done = subprocess.run(
-        [sys.executable, "-m", "perfweb_agent.cli.main", "attach", "--server", real.url, "--token",
-         real.token, "--", sys.executable, str(script), str(tmp_path / "logs")],
-        env={**env, "PERF_AGENT_RUN_ID": run_id}, cwd=ROOT, text=True, capture_output=True,
+        [
+            sys.executable,
+            "-m",
+            "perfweb_agent.cli.main",
+            "attach",
+            "--server",
+            real.url,
+            "--token",
+            real.token,
+            "--",
+            sys.executable,
+            str(script),
+            str(tmp_path / "logs"),
+        ],
+        env={**env, "PERF_AGENT_RUN_ID": run_id},
+        cwd=ROOT,
+        text=True,
+        capture_output=True,
         timeout=240,
-    )  # fmt: skip
+    )
     assert done.returncode == 0 and done.stdout == "global_step 10\n", done.stderr
     row = real.run_row(run_id)
     assert row is not None, done.stderr + real.logs()
@@ -199,6 +338,6 @@ def test_a_lightning_callbacks_run_name_phases_and_scalars_are_stored_on_postgre
     assert (loss["device"], loss["raw_count"]) == ("rank:0", 5)
     (phase,) = real.series(run_id, "run.phase")["series"]
     assert phase["v"] == [2.0, 0.0, 1.0, 2.0, 1.0, 2.0, 1.0, 0.0]
-    assert real.query(
-        "SELECT step_count FROM runs_run WHERE run_id = %s", run_id
-    ) == [(10,)]  # the optimizer's steps, once
+    assert real.query("SELECT step_count FROM runs_run WHERE run_id = %s", run_id) == [
+        (10,)
+    ]  # the optimizer's steps, once

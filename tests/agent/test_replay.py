@@ -10,10 +10,10 @@ import uuid
 from pathlib import Path
 
 from perfweb_agent.delivery import claims, transport
-from perfweb_agent.delivery.sender import Sender
 from tests.agent.fakeserver import TOKEN, FakeServer
 from tests.agent.test_sender import (
     Producer,
+    Rig,
     finish_body,
     run_for,
     start_body,
@@ -23,14 +23,22 @@ from tests.agent.test_sender import (
 )
 
 
-def make_sender(
-    server: FakeServer, tmp_path: Path, **overrides: object
-) -> tuple[Sender, Producer]:
+class ShiftedClock:
+    """The sender's monotonic clock, shifted by `shift` seconds (which a test may change)."""
+
+    def __init__(self, shift: float) -> None:
+        self.shift = shift
+
+    def __call__(self) -> float:
+        return time.monotonic() + self.shift
+
+
+def make_sender(server: FakeServer, tmp_path: Path, **overrides: object) -> tuple[Rig, Producer]:
     """A sender with an agent id of its own (the earlier and the later agent differ)."""
     return make_any_sender(server, tmp_path, agent_id=uuid.uuid4().hex, **overrides)
 
 
-def assert_sent_once(server: FakeServer, sender: Sender, producer: Producer) -> None:
+def assert_sent_once(server: FakeServer, sender: Rig, producer: Producer) -> None:
     """Every sample this agent produced is stored once."""
     values = [
         v
@@ -46,9 +54,7 @@ def files_under(folder: Path) -> list[str]:
     return sorted(str(Path(d, f).relative_to(folder)) for d, _, fs in os.walk(folder) for f in fs)
 
 
-def leave_behind(
-    server: FakeServer, tmp_path: Path, **overrides: object
-) -> tuple[Sender, Producer]:
+def leave_behind(server: FakeServer, tmp_path: Path, **overrides: object) -> tuple[Rig, Producer]:
     """An agent that ran while the server was down and ended before it came back."""
     server.down()
     sender, producer = make_sender(server, tmp_path, **overrides)
@@ -107,8 +113,8 @@ def test_it_leaves_alone_the_folder_of_an_agent_that_is_still_running(
     server: FakeServer, tmp_path: Path
 ) -> None:
     unreachable = lambda *args: transport.Reply(0, error="refused")  # noqa: E731
-    running, _ = make_sender(server, tmp_path, max_outbox_batches=1)
-    running._post = unreachable  # this one cannot reach the server: it spills, and lives on
+    # this one cannot reach the server: it spills, and lives on
+    running, _ = make_sender(server, tmp_path, post=unreachable, max_outbox_batches=1)
     run_for(running, 0.5)
     assert running.outbox.spilled >= 2
     later, _ = make_sender(server, tmp_path)
@@ -141,13 +147,17 @@ def test_an_agent_at_exit_sends_leftovers_within_its_deadline(
     server: FakeServer, tmp_path: Path
 ) -> None:
     earlier, produced = leave_behind(server, tmp_path)
-    later, _ = make_sender(server, tmp_path, interval=10.0, flush_interval=10.0)
-    later._next_scan = time.monotonic() + 3600  # nothing during the run: only at exit
+    held = claims.FolderLock.take(str(tmp_path / "spill" / earlier.settings.run_id))
+    assert held is not None  # as if its launcher still lived: the later agent's look finds none
+    clock = ShiftedClock(0.0)
+    later, _ = make_sender(server, tmp_path, clock=clock, interval=10.0, flush_interval=10.0)
     later.start(start_body(later))
     while later.agent_id not in server.store.starts:
         time.sleep(0.02)
+    time.sleep(0.2)  # its first look at the spill directory, after the start's answer
     assert earlier.agent_id not in server.store.starts
-    later._next_scan = 0.0
+    held.release()
+    clock.shift = 3600.0  # its next look is due by the time it exits
     began = time.monotonic()
     later.close(finish_body(later), 5.0)
     assert time.monotonic() - began < 5.5

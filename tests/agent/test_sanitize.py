@@ -8,8 +8,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from perfweb_agent.runtime import sanitize
-from perfweb_agent.runtime.sanitize import REPLACEMENT, Sanitizer
+from perfweb_agent.core import sanitize
+from perfweb_agent.core.sanitize import REPLACEMENT, Sanitizer
 from perfweb_contract import protocol
 from tests.agent.fakeserver import FakeServer
 from tests.agent.test_sender import assert_exactly_once, finish_body, make_sender, start_body
@@ -48,9 +48,14 @@ def storable(value: Any) -> bool:
 def test_it_cleans_every_text_field_of_a_start_and_says_which() -> None:
     sanitizer = Sanitizer()
     body = {
-        "run_id": "r" * 32, "agent_id": "a" * 32, "name": f"resnet{NUL}50",
-        "command": ["python", f"train{SURROGATE}.py"], "cwd": f"/data/{SURROGATE}",
-        "host": f"gpu{NUL}node", "started_at": 1.0, "pid": 7,
+        "run_id": "r" * 32,
+        "agent_id": "a" * 32,
+        "name": f"resnet{NUL}50",
+        "command": ["python", f"train{SURROGATE}.py"],
+        "cwd": f"/data/{SURROGATE}",
+        "host": f"gpu{NUL}node",
+        "started_at": 1.0,
+        "pid": 7,
         "tags": {"dataset": f"imagenet{NUL}v2", f"k{NUL}": "v"},
         "facts": {"python.version": "3.12", "x": f"{SURROGATE}"},
         "devices": [{"key": "gpu:0", "name": f"H100{NUL}", "memory_total": 80}],

@@ -1,6 +1,7 @@
 """`perfweb_agent.log(**scalars)` and `perfweb_agent.phase(name)` in the script: what they record,
 what they
-drop (with a warning, never an exception), and the bounds (agent/runtime/scalars.py)."""
+drop (with a warning, never an exception), and the bounds
+(agent/perfweb_agent/runtime/scalars.py)."""
 
 from __future__ import annotations
 
@@ -16,9 +17,9 @@ import pytest
 import torch
 
 import perfweb_agent
-from perfweb_agent.runtime.buffer import FactBuffer, SampleBuffer
-from perfweb_agent.runtime.logger import _said as said_once
-from perfweb_agent.runtime.logger import log as agent_log
+from perfweb_agent.core.buffer import FactBuffer, SampleBuffer
+from perfweb_agent.core.logger import _said as said_once
+from perfweb_agent.core.logger import log as agent_log
 from perfweb_agent.runtime.scalars import FACT_DROPPED, ScriptSignals
 from perfweb_contract import protocol
 from tests.agent.conftest import ROOT, write_script
@@ -119,8 +120,9 @@ def test_a_phase_is_recorded_at_each_change_with_its_time_and_entries(signals: A
     clock.now = 1020.0
     recorder.phase("none")
     assert series(samples)[("rank:0", protocol.RUN_PHASE)] == (
-        [1000.0, 1010.0, 1012.5, 1020.0], [1.0, 2.0, 1.0, 0.0]
-    )  # fmt: skip
+        [1000.0, 1010.0, 1012.5, 1020.0],
+        [1.0, 2.0, 1.0, 0.0],
+    )
     known = facts.snapshot()
     assert (known["phases.train_s"], known["phases.eval_s"]) == (17.5, 2.5)
     assert (known["phases.train_count"], known["phases.eval_count"]) == (2, 1)
@@ -160,9 +162,13 @@ def test_logged_scalars_reach_the_server_and_bad_ones_never_break_the_script(
 ) -> None:
     script = write_script(tmp_path, IN_SCRIPT)
     result = subprocess.run(
-        [sys.executable, str(script), server.url, TOKEN], env=agent_env, cwd=ROOT,
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        [sys.executable, str(script), server.url, TOKEN],
+        env=agent_env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert (result.returncode, result.stdout) == (0, "done\n"), result.stderr
     assert server.store.metric("rank:0", "scalar.loss") == [1.0, 0.5, 1 / 3, 0.25, 0.2]
     assert server.store.metric("rank:0", "scalar.tokens") == [512.0 * i for i in range(1, 6)]
@@ -195,9 +201,13 @@ def test_a_forked_child_logs_nothing_and_does_not_deadlock(
 ) -> None:
     script = write_script(tmp_path, FORKED_LOGGER)
     result = subprocess.run(
-        [sys.executable, str(script), server.url, TOKEN], env=agent_env, cwd=ROOT,
-        capture_output=True, text=True, timeout=30,
-    )  # fmt: skip
+        [sys.executable, str(script), server.url, TOKEN],
+        env=agent_env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert (result.returncode, result.stdout) == (0, "child 0\n"), result.stderr
     assert server.store.metric("rank:0", "scalar.loss") == [1.0]
     assert server.store.metric("rank:0", protocol.RUN_PHASE) == []
@@ -207,7 +217,7 @@ def test_agent_log_is_the_in_script_function_and_the_logger_a_module_of_another_
     import importlib
 
     # importing it leaves perfweb_agent.log alone
-    module = importlib.import_module("perfweb_agent.runtime.logger")
+    module = importlib.import_module("perfweb_agent.core.logger")
     assert module.log.name == "perf_agent"
     log = perfweb_agent.log
     assert log.__module__ == "perfweb_agent" and log.__name__ == "log" and callable(log)

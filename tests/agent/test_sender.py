@@ -5,15 +5,80 @@ Whatever the server does, every sample produced arrives exactly once once it is 
 
 from __future__ import annotations
 
+import json
 import os
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+from perfweb_agent.core.config import Settings, load_settings
 from perfweb_agent.delivery import transport
+from perfweb_agent.delivery.batches import Batches
 from perfweb_agent.delivery.sender import Sender
 from perfweb_agent.delivery.upload import upload
-from perfweb_agent.runtime.config import load_settings
 from tests.agent.fakeserver import TOKEN, FakeServer
+
+
+class Rig:
+    """A Sender and the Batches it sends, wired as the agent wires them (next_batch, post,
+    tick), with the start and finish bodies a test gives; the tick is the test's to set."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        agent_id: str,
+        *,
+        post: transport.PostFn = transport.post,
+        clock: Callable[[], float] = time.monotonic,
+        on_command: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.agent_id = agent_id
+        self.tick: Callable[[], None] = lambda: None
+        self._start: dict[str, Any] = {}
+        self._finish: dict[str, Any] = {}
+        self.batches = Batches(
+            settings,
+            agent_id,
+            start_body=lambda: dict(self._start),
+            finish_body=lambda: dict(self._finish),
+        )
+        self.sender = Sender(
+            settings,
+            agent_id,
+            next_batch=self.batches.cut,
+            post=post,
+            tick=lambda: self.tick(),
+            on_command=on_command,
+            clock=clock,
+        )
+        self.samples, self.steps, self.facts = (
+            self.batches.samples,
+            self.batches.steps,
+            self.batches.facts,
+        )
+        self.outbox, self.replayer = self.sender.outbox, self.sender.replayer
+
+    @property
+    def rejected(self) -> int:
+        return self.sender.rejected
+
+    def start(self, body: dict[str, Any]) -> None:
+        self._start = body
+        self.sender.start()
+
+    def close(self, finish: dict[str, Any], deadline_s: float) -> None:
+        self._finish = finish
+        self.sender.close(deadline_s)
+
+    def abandon(self) -> None:
+        self.sender.abandon()
+
+    def reset_after_fork(self) -> None:
+        self.batches.reset_after_fork()
+        self.sender.reset_after_fork()
 
 
 class Producer:
@@ -22,42 +87,59 @@ class Producer:
     def __init__(self) -> None:
         self.produced = 0
 
-    def __call__(self, sender: Sender) -> None:
+    def __call__(self, rig: Rig) -> None:
         for _ in range(5):
-            sender.samples.add("process", "process.rss", time.time(), float(self.produced))
+            rig.samples.add("process", "process.rss", time.time(), float(self.produced))
             self.produced += 1
 
 
-def make_sender(
-    server: FakeServer, tmp_path: Path, agent_id: str = "a" * 32, **overrides: object
-) -> tuple[Sender, Producer]:
+def settings_for(server: FakeServer, tmp_path: Path, **overrides: object) -> Settings:
     options: dict[str, object] = dict(
-        server=server.url, token=TOKEN, interval=0.02, flush_interval=0.05,
-        spill_dir=str(tmp_path / "spill"), http_timeout=0.5, heartbeat_after=0.3,
+        server=server.url,
+        token=TOKEN,
+        interval=0.02,
+        flush_interval=0.05,
+        spill_dir=str(tmp_path / "spill"),
+        http_timeout=0.5,
+        heartbeat_after=0.3,
         backoff_base=0.02,
     )
     options.update(overrides)
-    settings = load_settings(env={}, **options)
+    return load_settings(env={}, **options)
+
+
+def make_sender(
+    server: FakeServer,
+    tmp_path: Path,
+    agent_id: str = "a" * 32,
+    clock: Callable[[], float] = time.monotonic,
+    post: transport.PostFn = transport.post,
+    **overrides: object,
+) -> tuple[Rig, Producer]:
     producer = Producer()
-    sender = Sender(settings, agent_id)
-    sender._tick = lambda: producer(sender)
-    return sender, producer
+    rig = Rig(settings_for(server, tmp_path, **overrides), agent_id, clock=clock, post=post)
+    rig.tick = lambda: producer(rig)
+    return rig, producer
 
 
-def start_body(sender: Sender) -> dict[str, object]:
+def start_body(sender: Rig) -> dict[str, object]:
     return {"run_id": sender.settings.run_id, "agent_id": sender.agent_id, "role": "worker"}
 
 
-def finish_body(sender: Sender) -> dict[str, object]:
-    return {"run_id": sender.settings.run_id, "agent_id": sender.agent_id, "exit_code": 0,
-            "final": True}
+def finish_body(sender: Rig) -> dict[str, object]:
+    return {
+        "run_id": sender.settings.run_id,
+        "agent_id": sender.agent_id,
+        "exit_code": 0,
+        "final": True,
+    }
 
 
 def stored_values(server: FakeServer) -> list[float]:
     return server.store.metric("process", "process.rss")
 
 
-def run_for(sender: Sender, seconds: float) -> None:
+def run_for(sender: Rig, seconds: float) -> None:
     sender.start(start_body(sender))
     time.sleep(seconds)
 
@@ -141,18 +223,44 @@ def test_down_at_exit_keeps_everything_on_disk_for_upload(
     sender.close(finish_body(sender), 0.3)
     assert server.store.batches == {}
     server.up()
-    report = upload(str(tmp_path / "spill"), server=server.url, token=TOKEN, delete=True,
-                    sleep=lambda s: None)
+    report = upload(
+        str(tmp_path / "spill"), server=server.url, token=TOKEN, delete=True, sleep=lambda s: None
+    )
     assert report.failed == []
     assert_exactly_once(server, producer)
     assert server.store.finishes[sender.agent_id]["final"] is True
 
 
+def test_a_collector_stuck_at_exit_neither_delays_the_exit_nor_loses_the_finish(
+    server: FakeServer, tmp_path: Path
+) -> None:
+    sender, producer = make_sender(server, tmp_path)
+    stuck = threading.Event()
+
+    def tick() -> None:
+        if sender.sender.closing:  # the last tick, at close: it hangs (an NVML call, say)
+            stuck.wait(30)
+        producer(sender)
+
+    sender.tick = tick
+    sender.start(start_body(sender))
+    while not server.store.starts:
+        time.sleep(0.01)
+    began = time.monotonic()
+    sender.close(finish_body(sender), 1.0)
+    took = time.monotonic() - began
+    stuck.set()
+    assert took < 1.6  # the deadline, not the collector
+    kept = tmp_path / "spill" / sender.settings.run_id / sender.agent_id / "finish.json"
+    assert json.loads(kept.read_text())["final"] is True  # queued by close() itself
+    (said,) = [b["unsent"] for b in server.store.heartbeat_bodies if "unsent" in b]
+    assert said == {"requests": 1, "exit_code": 0, "final": True}
+
+
 def test_a_full_buffer_drops_new_samples_and_reports_the_count(
     server: FakeServer, tmp_path: Path
 ) -> None:
-    sender, producer = make_sender(server, tmp_path, max_buffered_samples=7,
-                                   flush_interval=10.0)
+    sender, producer = make_sender(server, tmp_path, max_buffered_samples=7, flush_interval=10.0)
     sender.start(start_body(sender))
     time.sleep(0.3)
     sender.close(finish_body(sender), 3.0)
@@ -173,13 +281,19 @@ def test_a_rejected_token_stops_sending(server: FakeServer, tmp_path: Path) -> N
 def test_it_heartbeats_when_idle_and_acts_on_commands(server: FakeServer, tmp_path: Path) -> None:
     server.commands = [{"type": "capture_trace", "steps": 3}, {"type": "from_the_future"}]
     seen: list[dict[str, object]] = []
-    settings = load_settings(env={}, server=server.url, token=TOKEN, interval=0.05,
-                             flush_interval=0.05, heartbeat_after=0.2,
-                             spill_dir=str(tmp_path / "spill"))
-    sender = Sender(settings, "b" * 32, on_command=seen.append)
+    settings = load_settings(
+        env={},
+        server=server.url,
+        token=TOKEN,
+        interval=0.05,
+        flush_interval=0.05,
+        heartbeat_after=0.2,
+        spill_dir=str(tmp_path / "spill"),
+    )
+    sender = Rig(settings, "b" * 32, on_command=seen.append)
     sender.start({"run_id": settings.run_id, "agent_id": sender.agent_id})
     time.sleep(0.8)
-    sender.close(None, 1.0)
+    sender.close(finish_body(sender), 1.0)
     assert server.store.heartbeats >= 1
     assert {"type": "capture_trace", "steps": 3} in seen
 
@@ -197,9 +311,7 @@ def test_it_packs_arrays_once_the_server_lists_the_feature(
     run_for(sender, 0.4)
     sender.close(finish_body(sender), 3.0)
     assert_exactly_once(server, producer)  # unpacked to the same values, each once
-    assert server.store.packed_batches == len(server.store.batches) - unpacked_before_start(
-        server
-    )
+    assert server.store.packed_batches == len(server.store.batches) - unpacked_before_start(server)
     assert server.store.packed_batches > 0
     assert server.store.steps() == [7]
 

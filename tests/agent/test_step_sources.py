@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from perfweb_agent.runtime.buffer import StepBuffer
+from perfweb_agent.core.buffer import StepBuffer
 from perfweb_agent.runtime.steps import CONFIRM_EVENTS, StepTimer
 
 
@@ -18,9 +18,7 @@ class Clock:
 
 def _timer() -> tuple[StepTimer, StepBuffer, Clock, list[tuple[float, float]]]:
     buffer, clock, sizes = StepBuffer(), Clock(), []
-    timer = StepTimer(
-        buffer, clock=clock, wall=clock, batch_sink=sizes.append
-    )
+    timer = StepTimer(buffer, clock=clock, wall=clock, batch_sink=sizes.append)
     return timer, buffer, clock, sizes
 
 
@@ -115,3 +113,20 @@ def test_agent_step_overrides_every_automatic_source(first: str) -> None:
         timer.manual_step()
         timer.optimizer_stepped(object())
     assert (timer.source, timer.index, len(buffer)) == ("manual", 10, 10)
+
+
+def test_a_listener_that_removes_itself_never_hides_the_next_one_from_that_boundary() -> None:
+    # The FLOPs count leaves the listeners once done (at the end of step 2); the profiler's
+    # listener after it missed that boundary, so a window due at step 3 opened at step 4.
+    timer, _, clock, _ = _timer()
+    optimizer, seen = object(), []
+
+    def once(index: int) -> None:
+        if index == 3:
+            timer.listeners.remove(once)
+
+    timer.listeners += [once, seen.append]
+    for _ in range(5):
+        clock.now += 1.0
+        timer.optimizer_stepped(optimizer)
+    assert seen == [1, 2, 3, 4, 5] and timer.listeners == [seen.append]

@@ -39,8 +39,16 @@ def _segment(tmp_path: Path, name: str, events: list[dict[str, Any]], base: int 
 
 
 def _op(name: str, ts: float) -> dict[str, Any]:
-    return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 7, "tid": 7, "ts": ts, "dur": 2.0,
-            "args": {"External id": 1}}
+    return {
+        "ph": "X",
+        "cat": "cpu_op",
+        "name": name,
+        "pid": 7,
+        "tid": 7,
+        "ts": ts,
+        "dur": 2.0,
+        "args": {"External id": 1},
+    }
 
 
 def _read(path: Path) -> dict[str, Any]:
@@ -55,8 +63,11 @@ def test_it_reads_events_one_at_a_time_and_the_header_around_them(tmp_path: Path
     first = next(events)
     assert first["name"] == "process_name" and header["baseTimeNanoseconds"] == BASE
     assert "traceName" not in header
-    assert [e["name"] for e in events] == ["Iteration Start: PyTorch Profiler", "aten::add",
-                                         "Record Window End"]
+    assert [e["name"] for e in events] == [
+        "Iteration Start: PyTorch Profiler",
+        "aten::add",
+        "Record Window End",
+    ]
     assert header["traceName"] == "a"
 
 
@@ -67,7 +78,9 @@ def test_it_merges_segments_moving_later_ones_earlier(tmp_path: Path) -> None:
     target = tmp_path / "out.json.gz"
     written = merge_segments(
         [Segment(first, 0.0), Segment(second, 5000.0), Segment(third, 8000.0)],
-        str(target), max_json_bytes=10**6, name="rank0-step3-8",
+        str(target),
+        max_json_bytes=10**6,
+        name="rank0-step3-8",
     )
     trace = _read(target)
     assert written == len(gzip.decompress(target.read_bytes()))
@@ -77,8 +90,7 @@ def test_it_merges_segments_moving_later_ones_earlier(tmp_path: Path) -> None:
     assert trace["perfweb"]["moved_earlier_us"] == [0.0, 5000.0, 8000.0]
     ops = {e["name"]: e["ts"] for e in trace["traceEvents"] if e["ph"] == "X"}
     # the third segment's base is 1 ms later: its timestamps are 1,000 µs later on ours
-    assert ops == {"aten::add": 100.0, "aten::mul": 110.0, "aten::sub": 120.25,
-                   "aten::div": 2000.0}
+    assert ops == {"aten::add": 100.0, "aten::mul": 110.0, "aten::sub": 120.25, "aten::div": 2000.0}
     names = [e["name"] for e in trace["traceEvents"] if e["ph"] in ("M", "i")]
     assert names == ["process_name", "Iteration Start: PyTorch Profiler", "Record Window End"]
 
@@ -87,8 +99,9 @@ def test_a_merge_past_its_size_raises_and_says_so(tmp_path: Path) -> None:
     events = [_op("aten::add", float(i)) for i in range(2000)]
     big = _segment(tmp_path, "a", events)
     with pytest.raises(TraceTooLarge):
-        merge_segments([Segment(big, 0.0)], str(tmp_path / "out.json.gz"),
-                       max_json_bytes=50_000, name="x")
+        merge_segments(
+            [Segment(big, 0.0)], str(tmp_path / "out.json.gz"), max_json_bytes=50_000, name="x"
+        )
 
 
 def test_the_helper_process_merges_without_starting_an_agent(
@@ -101,8 +114,10 @@ def test_the_helper_process_merges_without_starting_an_agent(
     second = _segment(tmp_path, "b", [_op("aten::sub", 700.0)])
     target = tmp_path / "out.json.gz"
     written = merge_in_helper(
-        [Segment(first, 0.0), Segment(second, 500.0)], str(target),
-        max_json_bytes=10**6, name="w",
+        [Segment(first, 0.0), Segment(second, 500.0)],
+        str(target),
+        max_json_bytes=10**6,
+        name="w",
     )
     trace = _read(target)
     assert written > 0 and trace["traceName"] == "w"
@@ -115,5 +130,6 @@ def test_the_helper_reports_a_segment_that_is_not_a_trace(tmp_path: Path) -> Non
     broken = tmp_path / "broken.json"
     broken.write_text("[1, 2")
     with pytest.raises(RuntimeError, match="trace merge failed"):
-        merge_in_helper([Segment(str(broken), 0.0)], str(tmp_path / "o.json.gz"),
-                        max_json_bytes=10**6, name="w")
+        merge_in_helper(
+            [Segment(str(broken), 0.0)], str(tmp_path / "o.json.gz"), max_json_bytes=10**6, name="w"
+        )

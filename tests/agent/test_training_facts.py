@@ -6,7 +6,7 @@ import threading
 from types import SimpleNamespace
 from typing import Any
 
-from perfweb_agent.runtime.buffer import FactBuffer
+from perfweb_agent.core.buffer import FactBuffer
 from perfweb_agent.runtime.training_facts import CHECK_STEPS, TrainingThreadFacts
 
 

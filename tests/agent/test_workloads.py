@@ -279,8 +279,10 @@ def test_ranks_started_by_mp_spawn_report_as_ranks_and_their_loader_workers_do_n
         assert server.store.finishes[agent_id]["produced"]["steps"] == 5
     assert server.store.metric("process:1", "process.rss")
     host_senders = {
-        agent for (_, agent, _), body in server.store.batches.items()
-        for m in body["metrics"] if m["device"] == "host"
+        agent
+        for (_, agent, _), body in server.store.batches.items()
+        for m in body["metrics"]
+        if m["device"] == "host"
     }
     assert host_senders and host_senders.isdisjoint(ranks.values())  # the script's, once
 

@@ -296,9 +296,15 @@ def test_the_step_regression_rule_fires_on_a_regression_against_the_jobs_baselin
     samples_add(run=run, name="step.duration", values=0.5, end=now, seconds=300, device="rank:0")
     assert tick() == []  # steady within the run, and no cross-run regression yet
     Finding.objects.create(
-        run=run, rule_id="run.regression", rank=1, score=0.1, title="Regressed vs run abc: 12%",
-        risk="system", confidence=0.8, estimated_gain=0.1,
-    )  # fmt: skip
+        run=run,
+        rule_id="run.regression",
+        rank=1,
+        score=0.1,
+        title="Regressed vs run abc: 12%",
+        risk="system",
+        confidence=0.8,
+        estimated_gain=0.1,
+    )
     assert len(tick()) == 1
     firing = AlertEvent.objects.get(alert__run=run)
     assert firing.summary.startswith("Regressed vs run abc")

@@ -24,11 +24,15 @@ def write_offline(
     length = max((len(v) for v in series.values()), default=0)
     for batch, first in enumerate(range(0, length, 5)):
         metrics = [
-            {"device": device["key"], "name": name,
-             "t": [t0 + i * interval_s for i in range(first, min(first + 5, len(values)))],
-             "v": values[first : first + 5]}
-            for name, values in series.items() if values[first : first + 5]
-        ]  # fmt: skip
+            {
+                "device": device["key"],
+                "name": name,
+                "t": [t0 + i * interval_s for i in range(first, min(first + 5, len(values)))],
+                "v": values[first : first + 5],
+            }
+            for name, values in series.items()
+            if values[first : first + 5]
+        ]
         body = {"metrics": metrics, "devices": [device] if batch == 0 else []}
         (agent / f"batch-{batch:08d}.json.gz").write_bytes(gzip.compress(json.dumps(body).encode()))
     return root

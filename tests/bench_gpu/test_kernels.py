@@ -20,11 +20,21 @@ ELEMENTWISE = (
 
 def _trace(path: Path) -> Path:
     events = []
-    for i, (name, dur) in enumerate([(FP32_GEMM, 900), (BF16_GEMM, 300), (FP32_GEMM, 900),
-                                     (ELEMENTWISE, 50)]):  # fmt: skip
-        events.append({"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": 7,
-                       "ts": 1000 + i * 1000, "dur": dur,
-                       "args": {"device": 0, "stream": 7, "correlation": i + 1}})  # fmt: skip
+    for i, (name, dur) in enumerate(
+        [(FP32_GEMM, 900), (BF16_GEMM, 300), (FP32_GEMM, 900), (ELEMENTWISE, 50)]
+    ):
+        events.append(
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "name": name,
+                "pid": 0,
+                "tid": 7,
+                "ts": 1000 + i * 1000,
+                "dur": dur,
+                "args": {"device": 0, "stream": 7, "correlation": i + 1},
+            }
+        )
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(gzip.compress(json.dumps({"traceEvents": events}).encode()))
     return path
@@ -48,8 +58,11 @@ def test_it_lists_every_trace_of_an_offline_directory(tmp_path: Path) -> None:
     _trace(tmp_path / "run" / "agent" / "traces" / "rank0-step30-35.pt.trace.json.gz")
     done = subprocess.run(
         [sys.executable, "-m", "bench.gpu.kernels", str(tmp_path), "--top", "1"],
-        capture_output=True, text=True, check=True, cwd=REPO,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=REPO,
+    )
     listed = json.loads(done.stdout)
     assert list(listed) == ["rank0-step30-35.pt.trace.json.gz"]
     assert listed["rank0-step30-35.pt.trace.json.gz"][0]["name"] == FP32_GEMM

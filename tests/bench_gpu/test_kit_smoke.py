@@ -24,11 +24,27 @@ def test_it_runs_every_stage_on_the_cpu_and_writes_a_well_formed_report(tmp_path
     env = {k: v for k, v in os.environ.items() if k != "OUT" and not k.startswith("PERF_AGENT_")}
     env.update(OUT=str(out), PYTHON=sys.executable)
     done = subprocess.run(
-        ["bash", str(REPO / "bench" / "gpu" / "run.sh"), "--device", "cpu", "--smoke",
-         "--only", "empty_cache", "--ab", "pin_memory=true", "--work", str(work),
-         "--budget-s", "240"],
-        env=env, capture_output=True, text=True, timeout=280, cwd=tmp_path,
-    )  # fmt: skip
+        [
+            "bash",
+            str(REPO / "bench" / "gpu" / "run.sh"),
+            "--device",
+            "cpu",
+            "--smoke",
+            "--only",
+            "empty_cache",
+            "--ab",
+            "pin_memory=true",
+            "--work",
+            str(work),
+            "--budget-s",
+            "240",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=280,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     report = load_report(out / REPORT_JSON)
     assert report["kit"]["device"] == "cpu" and report["probe"]["status"] == "ok"
@@ -36,6 +52,8 @@ def test_it_runs_every_stage_on_the_cpu_and_writes_a_well_formed_report(tmp_path
     assert diag["status"] == "ok" and diag["workload"]["steps"] >= 8
     assert diag["analysis"]["status"] == "ok"
     assert diag["expected"]["outcome"] == "found_first"  # the agent counts the calls on a CPU too
+    assert diag["anatomy_check"]["ok"], diag["anatomy_check"]  # phases sum to the step
+    assert report["summary"]["anatomy_ok"] == report["summary"]["anatomy_checked"] == 1
     assert diag["nvml"] == {
         "present": False,
         "reason": "no gpu:* series (no NVML or no GPU)",
@@ -56,11 +74,26 @@ def test_it_reports_each_failing_workload_and_still_runs_the_next(tmp_path: Path
         pytest.skip("this machine may have a GPU")
     out = tmp_path / "out"
     done = subprocess.run(
-        [sys.executable, "-m", "bench.gpu.kit", "--device", "cuda", "--only",
-         "item_sync,healthy_bf16", "--skip", "overhead,ab", "--out", str(out),
-         "--work", str(tmp_path / "work")],
-        capture_output=True, text=True, timeout=200, cwd=REPO,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "bench.gpu.kit",
+            "--device",
+            "cuda",
+            "--only",
+            "item_sync,healthy_bf16",
+            "--skip",
+            "overhead,ab",
+            "--out",
+            str(out),
+            "--work",
+            str(tmp_path / "work"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=200,
+        cwd=REPO,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     report = load_report(out / REPORT_JSON)
     for name in ("item_sync", "healthy_bf16"):
@@ -76,11 +109,29 @@ def test_it_skips_what_no_longer_fits_its_budget_and_still_writes_the_report(
 ) -> None:
     out = tmp_path / "out"
     done = subprocess.run(
-        [sys.executable, "-m", "bench.gpu.kit", "--device", "cpu", "--smoke", "--budget-s", "16",
-         "--only", "healthy_bf16", "--ab", "amp=bf16", "--out", str(out),
-         "--work", str(tmp_path / "work")],
-        capture_output=True, text=True, timeout=120, cwd=REPO,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "bench.gpu.kit",
+            "--device",
+            "cpu",
+            "--smoke",
+            "--budget-s",
+            "16",
+            "--only",
+            "healthy_bf16",
+            "--ab",
+            "amp=bf16",
+            "--out",
+            str(out),
+            "--work",
+            str(tmp_path / "work"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     report = load_report(out / REPORT_JSON)
     diag = report["workloads"]["healthy_bf16"]

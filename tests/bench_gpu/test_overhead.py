@@ -7,8 +7,14 @@ import pytest
 from bench.gpu.overhead import MODES, run_order, summarise_overhead, window_of
 
 
-def _run(mode: str, number: int, step_ms: float, window: tuple[int, int] | None = None,
-         extra_ms: float = 0.0, steps: int = 100) -> dict:  # fmt: skip
+def _run(
+    mode: str,
+    number: int,
+    step_ms: float,
+    window: tuple[int, int] | None = None,
+    extra_ms: float = 0.0,
+    steps: int = 100,
+) -> dict:
     times = [step_ms / 1e3] * steps
     if window:
         for i in range(*window):
@@ -23,8 +29,12 @@ def test_it_rotates_the_order_of_modes_each_round() -> None:
 
 
 def test_it_pairs_each_mode_with_the_baseline_of_its_round() -> None:
-    runs = [_run("baseline", 0, 2.0), _run("agent-1hz", 0, 2.02),
-            _run("baseline", 1, 4.0), _run("agent-1hz", 1, 4.0)]  # fmt: skip
+    runs = [
+        _run("baseline", 0, 2.0),
+        _run("agent-1hz", 0, 2.02),
+        _run("baseline", 1, 4.0),
+        _run("agent-1hz", 1, 4.0),
+    ]
     modes = summarise_overhead(runs, window=window_of(50))["modes"]
     assert modes["baseline"]["step_ms"] == {"median": 3.0, "min": 2.0, "max": 4.0}
     assert modes["agent-1hz"]["ratio"] == {"median": 1.005, "min": 1.0, "max": 1.01}

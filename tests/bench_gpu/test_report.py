@@ -60,8 +60,13 @@ def test_it_never_judges_a_failed_workload_on_what_it_left_behind(report: dict) 
 
 
 def test_it_calls_a_big_finding_on_the_healthy_loop_a_false_alarm() -> None:
-    diag = {"status": "ok", "analysis": {"status": "ok", "findings": [
-        {"id": "precision.tf32", "estimated_gain": 0.1, "score": 0.04}]}}  # fmt: skip
+    diag = {
+        "status": "ok",
+        "analysis": {
+            "status": "ok",
+            "findings": [{"id": "precision.tf32", "estimated_gain": 0.1, "score": 0.04}],
+        },
+    }
     assert outcome(BY_WORKLOAD["healthy_bf16"], diag)["outcome"] == "false_alarm"
 
 
@@ -78,8 +83,13 @@ def test_a_finding_about_the_host_is_recorded_but_not_ranked_against_the_plant()
 
 def test_it_writes_a_readable_summary_with_every_part(report: dict) -> None:
     text = render_markdown(report)
-    for heading in ("## Planted causes", "## NVML series", "## Trace classification",
-                    "## Agent overhead", "## A/B"):  # fmt: skip
+    for heading in (
+        "## Planted causes",
+        "## NVML series",
+        "## Trace classification",
+        "## Agent overhead",
+        "## A/B",
+    ):
         assert heading in text
     assert "| pageable_h2d | DataLoader pin_memory=False" in text
     assert "found lower | 2 | copy.synchronous_h2d (0.290)" in text
@@ -113,3 +123,27 @@ def test_it_refuses_a_malformed_report(report: dict, tmp_path: Path) -> None:
     path.write_text("{not json")
     with pytest.raises(ValueError, match="not a readable JSON report"):
         load_report(path)
+
+
+def analysed(run: dict) -> dict:
+    return {"status": "ok", "analysis": {"status": "ok", "findings": [], "run": run}}
+
+
+def test_it_checks_that_the_phases_sum_to_the_step_and_the_mfu_bounds() -> None:
+    from bench.gpu.report import anatomy_check
+
+    matmul, launch = BY_WORKLOAD["bf16_matmul"], BY_WORKLOAD["launch_bound"]
+    near_peak = {
+        "anatomy": {"sum_error": 0.0, "largest": "backward"},
+        "compute": {"mfu": 0.62, "peak_source": "H200 SXM bf16 (datasheet)"},
+    }
+    assert anatomy_check(matmul, analysed(near_peak))["ok"]
+    assert not anatomy_check(launch, analysed(near_peak))["ok"]  # launch-bound must stay low
+    far_below = {"anatomy": {"sum_error": 0.08}, "compute": {"mfu": 0.2}}
+    check = anatomy_check(matmul, analysed(far_below))
+    assert not check["ok"]
+    assert check["detail"] == "phases sum to the step within 8.0% > 5%; MFU 20.0% < 50%"
+    no_peak = {"anatomy": {"sum_error": 0.0}, "compute": {"mfu": None, "reason": "no peak"}}
+    unknown = anatomy_check(matmul, analysed(no_peak))
+    assert unknown["detail"] == "no MFU: no peak"
+    assert anatomy_check(matmul, analysed({}))["detail"] == "no step anatomy in the analysis"

@@ -67,10 +67,12 @@ def server_env() -> Iterator[dict[str, str]]:
 def perfweb_server(server_env: dict[str, str]) -> Iterator[LiveServer]:
     manage = [sys.executable, str(ROOT / "manage.py")]
     manage_command(manage, ["migrate", "--noinput"], env=server_env)
+    # As the README has a newcomer run it: a plain shell, no SECRET_KEY, no DEBUG.
+    plain_shell = {k: v for k, v in server_env.items() if k not in ("SECRET_KEY", "DEBUG")}
     out = manage_command(
         manage,
         ["bootstrap", "--user", USER, "--password", PASSWORD, "--project", PROJECT],
-        env=server_env,
+        env=plain_shell,
     )
     token = re.search(r"^token=(\S+)$", out, re.M)
     assert token, f"bootstrap printed no token= line: {out!r}"
@@ -141,3 +143,14 @@ def screenshot_dir() -> Path:
     path.mkdir(parents=True, exist_ok=True)
     print(f"screenshots in {path}")
     return path
+
+
+@pytest.fixture(scope="session")
+def readme_shots(screenshot_dir: Path) -> Path:
+    """Where the README's pictures go: `docs/screenshots/` when PERFWEB_README_SHOTS=1 (how
+    they are regenerated: README.md, "Pictures"), else beside the other screenshots."""
+    if os.environ.get("PERFWEB_README_SHOTS") == "1":
+        path = ROOT / "docs" / "screenshots"
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+    return screenshot_dir

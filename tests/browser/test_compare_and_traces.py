@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from perfweb_contract.protocol import STEP_PHASES
 from perfweb_recommender.analysis.trace_tables import trace_tables
 from perfweb_recommender.trace.loader import load_trace
 from tests.browser.pages import log_in
@@ -52,8 +53,16 @@ def two_runs(stack: stack_module.Stack) -> tuple[str, str]:
     """The same script twice, DataLoader workers 0 then 2, each with a profiler window."""
     runs = []
     for workers in ("0", "2"):
-        run_id = stack.attach(sys.executable, "examples/demo_train.py", "--steps", "60",
-                              "--workers", workers, "--item-delay", "0.0003")  # fmt: skip
+        run_id = stack.attach(
+            sys.executable,
+            "examples/demo_train.py",
+            "--steps",
+            "60",
+            "--workers",
+            workers,
+            "--item-delay",
+            "0.0003",
+        )
         stack.wait_row(
             "SELECT t.id FROM diagnostics_trace t JOIN runs_run r ON r.id = t.run_id"
             " WHERE r.run_id = ? AND t.summary LIKE '%\"tables\"%'",
@@ -69,7 +78,11 @@ def _login(page: Any, stack: stack_module.Stack) -> None:
 
 
 def test_the_comparison_page_names_the_setting_that_differs(
-    stack: stack_module.Stack, two_runs: tuple[str, str], browser: Any, screenshot_dir: Path
+    stack: stack_module.Stack,
+    two_runs: tuple[str, str],
+    browser: Any,
+    screenshot_dir: Path,
+    readme_shots: Path,
 ) -> None:
     first, second = two_runs
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
@@ -102,6 +115,7 @@ def test_the_comparison_page_names_the_setting_that_differs(
             ".map(t => t.visible)"
         )
         assert page.evaluate(raw_shown) == [False, False]  # the bands alone, zoomed out
+        page.screenshot(path=str(readme_shots / "compare-page.png"))  # the README's, unzoomed
         page.evaluate(
             "() => Plotly.relayout('step-bands', {'xaxis.range[0]': 10, 'xaxis.range[1]': 14})"
         )
@@ -117,9 +131,47 @@ def test_the_comparison_page_names_the_setting_that_differs(
         page.close()
 
 
+def test_the_step_anatomy_is_stacked_on_the_run_page_and_diffed_on_the_compare_page(
+    stack: stack_module.Stack, two_runs: tuple[str, str], browser: Any, screenshot_dir: Path
+) -> None:
+    first, second = two_runs
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    try:
+        _login(page, stack)
+        page.goto(f"{stack.url}/runs/{first}/")
+        split = page.locator("[data-testid=step-anatomy] [data-phase]")
+        phases = [split.nth(i).get_attribute("data-phase") for i in range(split.count())]
+        # phases under 0.5% of the step (the optimizer of this small MLP) are left out
+        assert {"forward", "backward"} <= set(phases) <= set(STEP_PHASES), phases
+        assert page.locator("[data-testid=mfu]").inner_text().strip()  # a share, or why not
+        page.wait_for_function(
+            "() => { const gd = document.getElementById('timeline'); return gd && gd.data &&"
+            " gd.data.filter(t => t.stackgroup === 'anatomy').length >= 4; }",
+            timeout=60_000,
+        )
+        stacked = page.evaluate(
+            "() => document.getElementById('timeline').data.filter(t => t.stackgroup ==="
+            " 'anatomy').map(t => [t.meta.metric, t.meta.raw, t.y.length])"
+        )
+        assert all(raw is False and points > 1 for _, raw, points in stacked), stacked
+        page.locator("[data-testid=step-anatomy]").scroll_into_view_if_needed()
+        page.screenshot(path=str(screenshot_dir / "run-page-anatomy.png"), full_page=True)
+        page.goto(f"{stack.url}/compare/?run={first}&run={second}")
+        sentence = page.locator("[data-testid=phase-diff-sentence]").inner_text()
+        assert "step is" in sentence and ("slower" in sentence or "faster" in sentence), sentence
+        assert page.locator("[data-testid=phase-diff] tr[data-phase]").count() >= 4
+        page.locator("[data-testid=phase-diff]").scroll_into_view_if_needed()
+        page.screenshot(path=str(screenshot_dir / "compare-page-anatomy.png"), full_page=True)
+        assert not errors, errors
+    finally:
+        page.close()
+
+
 def test_the_run_page_shows_the_trace_tables_and_downloads_the_trace(
     stack: stack_module.Stack, two_runs: tuple[str, str], browser: Any, screenshot_dir: Path,
-    tmp_path: Path,
+    tmp_path: Path, readme_shots: Path,
 ) -> None:  # fmt: skip
     run_id = two_runs[0]
     page = browser.new_page(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
@@ -130,7 +182,8 @@ def test_the_run_page_shows_the_trace_tables_and_downloads_the_trace(
         assert operators.count() >= 3
         names = operators.locator("td.mono").all_inner_texts()
         assert any(name.startswith("aten::") for name in names), names
-        assert page.locator("#traces-panel [data-testid=step-breakdown] tbody tr").count() == 8
+        # a CPU run: DataLoader, CPU execution, other and the step (no rows of 0.000 GPU time)
+        assert page.locator("#traces-panel [data-testid=step-breakdown] tbody tr").count() == 4
         page.wait_for_function(
             "() => { const gd = document.getElementById('timeline'); return gd && gd.data &&"
             " gd.data.some(t => t.meta.metric === 'step.duration.median'); }",
@@ -138,6 +191,8 @@ def test_the_run_page_shows_the_trace_tables_and_downloads_the_trace(
         )
         page.locator("#traces-panel").scroll_into_view_if_needed()
         page.screenshot(path=str(screenshot_dir / "run-page-traces.png"), full_page=True)
+        page.evaluate("() => window.scrollTo(0, 0)")
+        page.screenshot(path=str(readme_shots / "run-page.png"), full_page=True)  # the README's
         with page.expect_download() as download_info:
             page.locator("#traces-panel [data-action=download]").first.click()
         saved = tmp_path / download_info.value.suggested_filename

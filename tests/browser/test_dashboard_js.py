@@ -126,9 +126,14 @@ def test_it_draws_the_first_scalars_by_name_and_names_the_rest(page: Any) -> Non
     got = page.evaluate("([s, e]) => PerfwebTimeline.scalarRows(s, e)", [series, extras])
     assert [row["title"] for row in got["rows"]] == sorted(names)[:SCALAR_ROWS_MAX]
     assert got["rows"][0] == {
-        "key": "scalar:scalar.alpha", "title": "alpha", "unit": "", "metrics": ["scalar.alpha"],
-        "group": "scalars", "empty": "", "scalar": True,
-    }  # fmt: skip
+        "key": "scalar:scalar.alpha",
+        "title": "alpha",
+        "unit": "",
+        "metrics": ["scalar.alpha"],
+        "group": "scalars",
+        "empty": "",
+        "scalar": True,
+    }
     assert got["hidden"] == ["m15", "zeta"]
 
 
@@ -136,10 +141,14 @@ def test_it_turns_phase_changes_into_bands_up_to_the_end_of_the_data(page: Any) 
     extras = timeline_extras_config()
     series = [
         {"device": "rank:1", "name": "run.phase", "t": [0.0], "v": [4.0]},  # a later rank
-        {"device": "rank:0", "name": "run.phase", "t": [30.0, 10.0, 20.0, 25.0, 35.0],
-         "v": [1.0, 1.0, 2.0, 0.0, 1.0]},  # unsorted; 35: the same phase again, one band
+        {
+            "device": "rank:0",
+            "name": "run.phase",
+            "t": [30.0, 10.0, 20.0, 25.0, 35.0],
+            "v": [1.0, 1.0, 2.0, 0.0, 1.0],
+        },  # unsorted; 35: the same phase again, one band
         {"device": "process", "name": "process.rss", "t": [0.0, 40.0], "v": [1.0, 1.0]},
-    ]  # fmt: skip
+    ]
     bands = page.evaluate("([s, e]) => PerfwebTimeline.phaseBands(s, e)", [series, extras])
     assert bands == [
         {"phase": "train", "start": 10.0, "end": 20.0},

@@ -21,7 +21,9 @@ RUN_ID = "f1ee7" + "0" * 27
 
 def post(server: LiveServer, path: str, body: dict[str, Any]) -> None:
     request = urllib.request.Request(
-        f"{server.url}/api/v1/ingest/{path}", data=json.dumps(body).encode(), method="POST",
+        f"{server.url}/api/v1/ingest/{path}",
+        data=json.dumps(body).encode(),
+        method="POST",
         headers={"Authorization": f"Bearer {server.token}", "Content-Type": "application/json"},
     )
     with urllib.request.urlopen(request, timeout=30) as reply:
@@ -34,20 +36,51 @@ def gpu_run(server: LiveServer) -> None:
     start = end - 120
     seconds = [start + i for i in range(120)]
     agent = {"run_id": RUN_ID, "agent_id": RUN_ID[::-1]}
-    post(server, "start", {
-        **agent, "name": "llm-finetune", "role": "launcher", "command": ["python", "ft.py"],
-        "cwd": "/work", "host": "gpu-node-3", "pid": 1, "started_at": start,
-        "tags": {"user": "ada"}, "facts": {},
-        "devices": [{"key": "gpu:0", "kind": "gpu", "index": 0, "name": "NVIDIA H100 80GB HBM3"}],
-    })
-    post(server, "batch", {
-        **agent, "seq": 0, "sent_at": end, "facts": {}, "devices": [], "dropped": 0,
-        "metrics": [
-            {"device": "gpu:0", "name": "gpu.utilization", "t": seconds,
-             "v": [95.0] * 60 + [0.0] * 60},
-            {"device": "gpu:0", "name": "gpu.memory_used", "t": seconds, "v": [30 * 2.0**30] * 120},
-        ],
-    })
+    post(
+        server,
+        "start",
+        {
+            **agent,
+            "name": "llm-finetune",
+            "role": "launcher",
+            "command": ["python", "ft.py"],
+            "cwd": "/work",
+            "host": "gpu-node-3",
+            "pid": 1,
+            "started_at": start,
+            "tags": {"user": "ada"},
+            "facts": {},
+            "devices": [
+                {"key": "gpu:0", "kind": "gpu", "index": 0, "name": "NVIDIA H100 80GB HBM3"}
+            ],
+        },
+    )
+    post(
+        server,
+        "batch",
+        {
+            **agent,
+            "seq": 0,
+            "sent_at": end,
+            "facts": {},
+            "devices": [],
+            "dropped": 0,
+            "metrics": [
+                {
+                    "device": "gpu:0",
+                    "name": "gpu.utilization",
+                    "t": seconds,
+                    "v": [95.0] * 60 + [0.0] * 60,
+                },
+                {
+                    "device": "gpu:0",
+                    "name": "gpu.memory_used",
+                    "t": seconds,
+                    "v": [30 * 2.0**30] * 120,
+                },
+            ],
+        },
+    )
     post(server, "finish", {**agent, "ended_at": end, "exit_code": 0, "final": True})
 
 

@@ -75,9 +75,12 @@ def scalars_run(perfweb_server: LiveServer, tmp_path_factory: pytest.TempPathFac
     script.write_text(TRAINING_WITH_SCALARS)
     done = subprocess.run(
         [sys.executable, str(script), perfweb_server.url, perfweb_server.token],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"},
-    )  # fmt: skip
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout.split()[0]
 

@@ -41,17 +41,35 @@ def _post(server: LiveServer, path: str, body: dict[str, Any]) -> None:
 
 
 def _start(server: LiveServer, run_id: str, name: str, t0: float) -> None:
-    _post(server, "start", {
-        "run_id": run_id, "agent_id": run_id, "name": name, "role": "launcher",
-        "command": ["python", "serve.py"], "cwd": "/srv", "host": "infer-01", "pid": 77,
-        "rank": None, "local_rank": None, "world_size": None, "started_at": t0,
-        "tags": {}, "facts": {"torch.version": "2.13.0"}, "devices": [],
-    })  # fmt: skip
+    _post(
+        server,
+        "start",
+        {
+            "run_id": run_id,
+            "agent_id": run_id,
+            "name": name,
+            "role": "launcher",
+            "command": ["python", "serve.py"],
+            "cwd": "/srv",
+            "host": "infer-01",
+            "pid": 77,
+            "rank": None,
+            "local_rank": None,
+            "world_size": None,
+            "started_at": t0,
+            "tags": {},
+            "facts": {"torch.version": "2.13.0"},
+            "devices": [],
+        },
+    )
 
 
 def _finish(server: LiveServer, run_id: str, ended: float) -> None:
-    _post(server, "finish", {"run_id": run_id, "agent_id": run_id, "ended_at": ended,
-                             "exit_code": 0, "final": True})  # fmt: skip
+    _post(
+        server,
+        "finish",
+        {"run_id": run_id, "agent_id": run_id, "ended_at": ended, "exit_code": 0, "final": True},
+    )
 
 
 def _inference_run(server: LiveServer) -> str:
@@ -64,21 +82,47 @@ def _inference_run(server: LiveServer) -> str:
     gaps = np.full(len(latencies), 0.005)
     gaps[300] = 4.0  # no request for 4 s between the two phases
     ends = (t0 + np.cumsum(latencies + gaps)).tolist()
-    _post(server, "batch", {
-        "run_id": run_id, "agent_id": run_id, "seq": 0, "sent_at": ends[-1], "dropped": 0,
-        "metrics": [
-            {"device": "rank:0", "name": "step.batch_size", "t": ends, "v": [4.0] * len(ends)},
-            {"device": "process", "name": "process.rss", "t": ends[::10],
-             "v": [6e8 + 1e6 * i for i in range(len(ends[::10]))]},
-            {"device": "process", "name": "process.cpu_percent", "t": ends[::10],
-             "v": [90.0] * len(ends[::10])},
-            {"device": "host", "name": "host.cpu_percent", "t": ends[::10],
-             "v": [70.0] * len(ends[::10])},
-        ],
-        "steps": {"rank": 0, "index": list(range(len(ends))), "t": ends,
-                  "duration": latencies.tolist(), "data_wait": [0.0] * len(ends)},
-        "facts": {"workload.kind": "inference", "steps.source": "module"}, "devices": [],
-    })  # fmt: skip
+    _post(
+        server,
+        "batch",
+        {
+            "run_id": run_id,
+            "agent_id": run_id,
+            "seq": 0,
+            "sent_at": ends[-1],
+            "dropped": 0,
+            "metrics": [
+                {"device": "rank:0", "name": "step.batch_size", "t": ends, "v": [4.0] * len(ends)},
+                {
+                    "device": "process",
+                    "name": "process.rss",
+                    "t": ends[::10],
+                    "v": [6e8 + 1e6 * i for i in range(len(ends[::10]))],
+                },
+                {
+                    "device": "process",
+                    "name": "process.cpu_percent",
+                    "t": ends[::10],
+                    "v": [90.0] * len(ends[::10]),
+                },
+                {
+                    "device": "host",
+                    "name": "host.cpu_percent",
+                    "t": ends[::10],
+                    "v": [70.0] * len(ends[::10]),
+                },
+            ],
+            "steps": {
+                "rank": 0,
+                "index": list(range(len(ends))),
+                "t": ends,
+                "duration": latencies.tolist(),
+                "data_wait": [0.0] * len(ends),
+            },
+            "facts": {"workload.kind": "inference", "steps.source": "module"},
+            "devices": [],
+        },
+    )
     _finish(server, run_id, ends[-1] + 1)
     return run_id
 
@@ -89,12 +133,22 @@ def _unseen_run(server: LiveServer) -> str:
     t0 = time.time() - 60
     _start(server, run_id, "word-language-model", t0)
     ts = [t0 + i for i in range(30)]
-    _post(server, "batch", {
-        "run_id": run_id, "agent_id": run_id, "seq": 0, "sent_at": ts[-1], "dropped": 0,
-        "metrics": [{"device": "process", "name": "process.cpu_percent", "t": ts,
-                     "v": [100.0] * 30}],
-        "facts": {}, "devices": [],
-    })  # fmt: skip
+    _post(
+        server,
+        "batch",
+        {
+            "run_id": run_id,
+            "agent_id": run_id,
+            "seq": 0,
+            "sent_at": ts[-1],
+            "dropped": 0,
+            "metrics": [
+                {"device": "process", "name": "process.cpu_percent", "t": ts, "v": [100.0] * 30}
+            ],
+            "facts": {},
+            "devices": [],
+        },
+    )
     _finish(server, run_id, ts[-1] + 1)
     return run_id
 
@@ -167,13 +221,29 @@ def test_a_live_run_is_laid_out_again_once_the_agent_labels_it_inference(
     assert page.locator('[data-testid="workload-kind"]').inner_text() == "not seen yet"
     assert page.locator("#requests-panel").count() == 0
     ends = [t0 + 0.05 * (i + 1) for i in range(60)]
-    _post(perfweb_server, "batch", {
-        "run_id": run_id, "agent_id": run_id, "seq": 0, "sent_at": ends[-1], "dropped": 0,
-        "metrics": [{"device": "rank:0", "name": "step.batch_size", "t": ends, "v": [2.0] * 60}],
-        "steps": {"rank": 0, "index": list(range(60)), "t": ends, "duration": [0.04] * 60,
-                  "data_wait": [0.0] * 60},
-        "facts": {"workload.kind": "inference", "steps.source": "module"}, "devices": [],
-    })  # fmt: skip
+    _post(
+        perfweb_server,
+        "batch",
+        {
+            "run_id": run_id,
+            "agent_id": run_id,
+            "seq": 0,
+            "sent_at": ends[-1],
+            "dropped": 0,
+            "metrics": [
+                {"device": "rank:0", "name": "step.batch_size", "t": ends, "v": [2.0] * 60}
+            ],
+            "steps": {
+                "rank": 0,
+                "index": list(range(60)),
+                "t": ends,
+                "duration": [0.04] * 60,
+                "data_wait": [0.0] * 60,
+            },
+            "facts": {"workload.kind": "inference", "steps.source": "module"},
+            "devices": [],
+        },
+    )
     page.locator("#requests-panel").wait_for(timeout=30_000)  # the page reloaded itself
     assert page.locator('[data-testid="workload-kind"]').inner_text() == "inference"
     page.wait_for_function(
@@ -200,13 +270,27 @@ def test_a_live_training_run_is_labelled_in_place_without_a_reload(
     page.goto(f"{perfweb_server.url}/runs/{run_id}/")
     page.evaluate("() => { window.sameDocument = true; }")
     ends = [t0 + 0.5 * (i + 1) for i in range(20)]
-    _post(perfweb_server, "batch", {
-        "run_id": run_id, "agent_id": run_id, "seq": 0, "sent_at": ends[-1], "dropped": 0,
-        "metrics": [],
-        "steps": {"rank": 0, "index": list(range(20)), "t": ends, "duration": [0.5] * 20,
-                  "data_wait": [0.1] * 20},
-        "facts": {"workload.kind": "training", "steps.source": "backward"}, "devices": [],
-    })  # fmt: skip
+    _post(
+        perfweb_server,
+        "batch",
+        {
+            "run_id": run_id,
+            "agent_id": run_id,
+            "seq": 0,
+            "sent_at": ends[-1],
+            "dropped": 0,
+            "metrics": [],
+            "steps": {
+                "rank": 0,
+                "index": list(range(20)),
+                "t": ends,
+                "duration": [0.5] * 20,
+                "data_wait": [0.1] * 20,
+            },
+            "facts": {"workload.kind": "training", "steps.source": "backward"},
+            "devices": [],
+        },
+    )
     page.wait_for_function(
         "() => document.querySelector('[data-testid=workload-kind]').textContent === 'training'",
         timeout=30_000,

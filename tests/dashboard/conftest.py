@@ -38,8 +38,11 @@ def stream_run(
     gpus: int = 0,
     seconds: int = 30,
     finish_with: int | None = None,
+    facts: dict[str, Any] | None = None,
+    steps: bool = True,
 ) -> None:
-    """Starts a run and sends `seconds` of 1 Hz samples (process, workers, steps, GPUs)."""
+    """Starts a run and sends `seconds` of 1 Hz samples (process, workers, steps, GPUs);
+    `facts` go with the batch, `steps=False` leaves the steps out."""
     client = Client()
     t0 = time.time() - seconds - 5
     devices = [
@@ -114,14 +117,20 @@ def stream_run(
             "seq": 0,
             "sent_at": ts[-1],
             "metrics": metrics,
-            "steps": {
-                "rank": 0,
-                "index": list(range(seconds)),
-                "t": ts,
-                "duration": [0.5] * seconds,
-                "data_wait": [0.2] * seconds,
-            },
-            "facts": {"dataloader.0.num_workers": 2},
+            **(
+                {
+                    "steps": {
+                        "rank": 0,
+                        "index": list(range(seconds)),
+                        "t": ts,
+                        "duration": [0.5] * seconds,
+                        "data_wait": [0.2] * seconds,
+                    }
+                }
+                if steps
+                else {}
+            ),
+            "facts": {"dataloader.0.num_workers": 2, **(facts or {})},
             "devices": [],
             "dropped": 0,
         },

@@ -5,7 +5,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from perfweb.dashboard import nav
+from perfweb.pages import nav
 from tests.dashboard.conftest import login
 
 pytestmark = pytest.mark.django_db

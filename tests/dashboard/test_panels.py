@@ -4,7 +4,7 @@ from typing import Any
 
 import pytest
 
-from perfweb.dashboard import panels
+from perfweb.pages import panels
 
 
 @pytest.fixture(autouse=True)

@@ -73,14 +73,18 @@ def test_it_configures_the_timeline_for_this_run(
         "host_cpu",
         "rss",
         "steps",
+        "anatomy",
     }
+    assert rows["anatomy"]["metrics"][0] == "step.phase.data"  # stacked, data first
     assert rows["host_cpu"]["metrics"] == ["host.cpu_percent"]  # other jobs' CPU, beside ours
     assert rows["host_cpu"]["max_value"] == 100.0
     # the script's scalars get a row each (up to 16), its phases shade every row
     assert config["extras"] == {
-        "scalarPrefix": "scalar.", "scalarRowsMax": 16, "phaseSeries": "run.phase",
+        "scalarPrefix": "scalar.",
+        "scalarRowsMax": 16,
+        "phaseSeries": "run.phase",
         "phases": {"0": "none", "1": "train", "2": "eval", "3": "test", "4": "predict"},
-    }  # fmt: skip
+    }
 
 
 def test_its_timeline_api_serves_the_session_the_charted_series(

@@ -19,7 +19,7 @@ def test_it_lists_the_owners_runs_with_their_numbers(
     assert "trainer-01" in page
     assert "python train.py --epochs 3" in page
     assert "status-running" in page
-    assert 'data-field="steps">30<' in page
+    assert 'data-field="steps">30 steps<' in page
     assert 'data-field="gpus">2<' in page
     assert 'data-field="gpu-util">80%<' in page or 'data-field="gpu-util">81%<' in page
 
@@ -86,3 +86,24 @@ def test_it_filters_runs_by_status(client: Client, owner: Any, token: str) -> No
     assert "No running runs" in client.get("/", {"status": "running"}).content.decode()
     everything = client.get("/", {"status": "bogus"}).content.decode()
     assert "the-bad-one" in everything and "the-good-one" in everything
+
+
+def test_it_counts_an_inference_runs_requests_and_says_what_each_run_was_examined_for(
+    client: Client, owner: Any, token: str
+) -> None:
+    stream_run(token, run_id="serve-run-0001", name="serve", facts={"workload.kind": "inference"})
+    stream_run(token, run_id="blind-run-0001", name="no-torch", steps=False)
+    page = login(client, owner).get("/").content.decode()
+
+    def row(run_id: str) -> str:
+        return page.split(f'data-run-id="{run_id}"')[1].split("</tr>")[0]
+
+    serve = row("serve-run-0001")
+    assert 'data-field="steps">30 requests<' in serve
+    assert '<span class="pill pill-observed">observed</span>' in serve
+    blind = row("blind-run-0001")
+    assert "pill-not_observed" in blind and ">not examined<" in blind
+    assert 'data-field="steps">—<' in blind
+    rows = {r["id"]: r for r in client.get("/api/v1/runs").json()["runs"]}
+    assert rows["blind-run-0001"]["coverage"]["verdict"] == "not_observed"
+    assert rows["serve-run-0001"]["coverage"]["unit"] == "request"

@@ -37,12 +37,17 @@ def _settings_under(environment: dict[str, str]) -> dict:
         "  'user': db.get('USER'), 'debug': settings.DEBUG, 'hosts': settings.ALLOWED_HOSTS,\n"
         "  'secret': settings.SECRET_KEY, 'broker': app.conf.broker_url,\n"
         "  'lost_after': settings.PERFWEB_LOST_AFTER, 'email_host': settings.EMAIL_HOST,\n"
+        "  'unsent_wait': settings.PERFWEB_UNSENT_WAIT,\n"
         "  'email_port': settings.EMAIL_PORT, 'mail_from': settings.DEFAULT_FROM_EMAIL}))\n"
     )
     env = {"PATH": os.environ["PATH"], "DJANGO_SETTINGS_MODULE": "perfweb.settings", **environment}
     done = subprocess.run(
         [sys.executable, "-c", probe],
-        cwd=ROOT, env=env, capture_output=True, text=True, check=False,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -87,6 +92,7 @@ def test_it_feeds_the_settings_variables_they_read() -> None:
     assert settings["hosts"] == environment["ALLOWED_HOSTS"].split(",")
     assert settings["secret"] == environment["SECRET_KEY"]
     assert settings["lost_after"] == int(environment["PERFWEB_LOST_AFTER"])
+    assert settings["unsent_wait"] == int(environment["PERFWEB_UNSENT_WAIT"])
     assert settings["email_host"] == environment["EMAIL_HOST"]
     assert settings["email_port"] == int(environment["EMAIL_PORT"])
     assert settings["mail_from"] == environment["DEFAULT_FROM_EMAIL"]
@@ -98,7 +104,11 @@ def test_it_fails_loudly_without_a_secret_key_in_production() -> None:
     env = {"PATH": os.environ["PATH"], "DJANGO_SETTINGS_MODULE": "perfweb.settings", **environment}
     done = subprocess.run(
         [sys.executable, "-c", "import django; django.setup()"],
-        cwd=ROOT, env=env, capture_output=True, text=True, check=False,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert done.returncode != 0
     assert "SECRET_KEY" in done.stderr

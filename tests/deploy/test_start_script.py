@@ -91,7 +91,11 @@ def _kill_all(start: subprocess.Popen[bytes], started: list[psutil.Process]) -> 
 
 def _start(env: dict[str, str], out: IO[bytes]) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        ["bash", "scripts/start.sh"], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+        ["bash", "scripts/start.sh"],
+        cwd=ROOT,
+        env=env,
+        stdout=out,
+        stderr=subprocess.STDOUT,
         start_new_session=True,  # the script leads its own group, as a terminal's job does
     )
 
@@ -100,11 +104,13 @@ def _env(data: Path, port: int) -> dict[str, str]:
     """The user's environment, with the embedded defaults (SQLite, no Redis) in `data`, and
     the agents' spill directory (what they could not send) in data/spill."""
     env = {
-        key: value for key, value in os.environ.items()
+        key: value
+        for key, value in os.environ.items()
         if key not in ("DATABASE_URL", "REDIS_URL", "PERF_AGENT_SERVER", "PERF_AGENT_TOKEN")
     }
     env.update(
-        PERFWEB_DATA_DIR=str(data), PERFWEB_PORT=str(port),
+        PERFWEB_DATA_DIR=str(data),
+        PERFWEB_PORT=str(port),
         PERF_AGENT_SPILL_DIR=str(data / "spill"),
     )
     return env
@@ -137,8 +143,14 @@ def test_start_twice_and_ctrl_c_or_hangup_ends_the_demo_run_and_every_process(
             demo_ids.append(demo["id"])
             started = psutil.Process(start.pid).children(recursive=True)
             commands = " ".join(" ".join(process.cmdline()) for process in started)
-            for program in ("honcho", "gunicorn", "celery -A perfweb worker",
-                            "celery -A perfweb beat", "perf-agent attach", "demo_train.py"):
+            for program in (
+                "honcho",
+                "gunicorn",
+                "celery -A perfweb worker",
+                "celery -A perfweb beat",
+                "perf-agent attach",
+                "demo_train.py",
+            ):
                 assert program in commands
             os.killpg(start.pid, signum)  # as the terminal does
             _wait_for_exit(start, log)
@@ -149,12 +161,15 @@ def test_start_twice_and_ctrl_c_or_hangup_ends_the_demo_run_and_every_process(
         assert _alive(started) == [], output
         assert _spilled(data) == [], output  # every batch and the finish were stored
         assert "done:" in output and "(stopped by SIGTERM)" in output, output
+        # a clean stop: no pool process killed mid-task, nothing left for honcho to SIGKILL
+        assert "exited with 'signal 15" not in output and "SIGKILL" not in output, output
 
     assert tokens[0] == tokens[1]  # the second start reused the token, and the database
     with sqlite3.connect(data / "perfweb.sqlite3") as db:
         rows = db.execute(
             "SELECT run_id, status, exit_code, ended_at IS NOT NULL FROM runs_run"
-            " WHERE name = ? ORDER BY started_at", (DEMO,),
+            " WHERE name = ? ORDER BY started_at",
+            (DEMO,),
         ).fetchall()
     assert [run_id for run_id, *_ in rows] == demo_ids
     assert [tuple(row[1:]) for row in rows] == [("finished", 0, 1), ("finished", 0, 1)]
@@ -166,8 +181,12 @@ def test_a_taken_port_is_named_and_nothing_starts(tmp_path: Path) -> None:
         taken.listen()
         port = taken.getsockname()[1]
         result = subprocess.run(
-            ["bash", "scripts/start.sh"], cwd=ROOT, env=_env(tmp_path / "data", port),
-            capture_output=True, text=True, timeout=120,
+            ["bash", "scripts/start.sh"],
+            cwd=ROOT,
+            env=_env(tmp_path / "data", port),
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
     assert result.returncode == 1
     assert f"perfweb: port {port} is taken" in result.stderr
@@ -184,7 +203,10 @@ def test_when_the_web_dies_the_script_stops_the_rest_and_fails(tmp_path: Path) -
         start = _start(_env(data, port), out)
     try:
         _wait_for_streaming_demo(
-            f"http://127.0.0.1:{port}", data / "demo-token", runs_before=0, log=log,
+            f"http://127.0.0.1:{port}",
+            data / "demo-token",
+            runs_before=0,
+            log=log,
             deadline_s=180,
         )
         started = psutil.Process(start.pid).children(recursive=True)

@@ -54,17 +54,30 @@ def stream_steps(
         ends = [start + (i + 1) * step_s for i in index]
         body = {
             "metrics": [
-                {"device": "process", "name": "process.cpu_percent", "t": ends,
-                 "v": [98.0] * len(ends)},
+                {
+                    "device": "process",
+                    "name": "process.cpu_percent",
+                    "t": ends,
+                    "v": [98.0] * len(ends),
+                },
                 {"device": "process", "name": "process.rss", "t": ends, "v": [4e8] * len(ends)},
             ],
-            "steps": {"rank": 0, "index": index, "t": ends, "duration": [step_s] * len(index),
-                      "data_wait": [step_s * wait_share] * len(index)},
-            "facts": facts if facts is not None else {
-                "dataloader.0.num_workers": 0, "dataloader.0.batch_size": 16,
-                "host.cpu_count": 8, "torch.num_threads": 1,
+            "steps": {
+                "rank": 0,
+                "index": index,
+                "t": ends,
+                "duration": [step_s] * len(index),
+                "data_wait": [step_s * wait_share] * len(index),
             },
-        }  # fmt: skip
+            "facts": facts
+            if facts is not None
+            else {
+                "dataloader.0.num_workers": 0,
+                "dataloader.0.batch_size": 16,
+                "host.cpu_count": 8,
+                "torch.num_threads": 1,
+            },
+        }
         response = agent.batch(**body)
         assert response.status_code == 200, response.content
 
@@ -79,15 +92,43 @@ def input_bound_run(agent: Agent, **kwargs: Any) -> Agent:
 def trace_bytes(events: list[dict[str, Any]] | None = None) -> bytes:
     """A small gzip Kineto trace: two profiler steps, mostly DataLoader."""
     events = events or [
-        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "ts": 0, "dur": 1000,
-         "pid": 1, "tid": 1},
-        {"ph": "X", "cat": "user_annotation", "name": "enumerate(DataLoader)#_SingleProcess"
-         "DataLoaderIter.__next__", "ts": 10, "dur": 700, "pid": 1, "tid": 1},
-        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#2", "ts": 1000, "dur": 1000,
-         "pid": 1, "tid": 1},
-        {"ph": "X", "cat": "user_annotation", "name": "enumerate(DataLoader)#_SingleProcess"
-         "DataLoaderIter.__next__", "ts": 1010, "dur": 700, "pid": 1, "tid": 1},
-    ]  # fmt: skip
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "ProfilerStep#1",
+            "ts": 0,
+            "dur": 1000,
+            "pid": 1,
+            "tid": 1,
+        },
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
+            "ts": 10,
+            "dur": 700,
+            "pid": 1,
+            "tid": 1,
+        },
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "ProfilerStep#2",
+            "ts": 1000,
+            "dur": 1000,
+            "pid": 1,
+            "tid": 1,
+        },
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
+            "ts": 1010,
+            "dur": 700,
+            "pid": 1,
+            "tid": 1,
+        },
+    ]
     return gzip.compress(json.dumps({"traceEvents": events}).encode())
 
 
@@ -101,5 +142,14 @@ def upload(
     return [agent.post("trace", bodies[i]) for i in order]
 
 
-__all__ = ["AGENT_ID", "RUN_ID", "T0", "Agent", "NS_TRACE", "input_bound_run", "stream_steps",
-           "trace_bytes", "upload"]  # fmt: skip
+__all__ = [
+    "AGENT_ID",
+    "RUN_ID",
+    "T0",
+    "Agent",
+    "NS_TRACE",
+    "input_bound_run",
+    "stream_steps",
+    "trace_bytes",
+    "upload",
+]

@@ -57,18 +57,38 @@ def test_it_diagnoses_a_run_through_a_real_worker_over_redis(server: Server) -> 
     require_redis()
     server.manage("migrate", "-v0")
     done = subprocess.run(
-        [sys.executable, "manage.py", "shell", "-c", STORE_RUN], cwd=ROOT, env=server.env,
-        check=True, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        [sys.executable, "manage.py", "shell", "-c", STORE_RUN],
+        cwd=ROOT,
+        env=server.env,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     run_pk = int(done.stdout.strip().splitlines()[-1])
     queue = f"perfweb-diagnostics-test-{os.getpid()}"  # Redis is shared: nobody else listens
     server.celery(*WORKER, "-Q", queue)
     for _ in range(2):  # twice: the second run finds the same findings and changes nothing
         subprocess.run(
-            [sys.executable, "-m", "celery", "-A", "perfweb", "call", "--queue", queue,
-             "--args", f"[{run_pk}]", "perfweb.diagnostics.tasks.diagnose_run_task"],
-            cwd=ROOT, env=server.env, check=True, capture_output=True, timeout=60,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "perfweb",
+                "call",
+                "--queue",
+                queue,
+                "--args",
+                f"[{run_pk}]",
+                "perfweb.diagnostics.tasks.diagnose_run_task",
+            ],
+            cwd=ROOT,
+            env=server.env,
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and top_finding(server.database, run_pk) is None:
         for process in server.processes:

@@ -41,14 +41,24 @@ def job_run(
     for first in range(0, steps, 50):
         part = slice(first, min(steps, first + 50))
         response = agent.batch(
-            metrics=[{"device": "process", "name": "process.cpu_percent",
-                      "t": ends[part].tolist(), "v": [90.0] * len(ends[part])}],
-            steps={"rank": 0, "index": list(range(first, part.stop)), "t": ends[part].tolist(),
-                   "duration": durations[part].tolist(),
-                   "data_wait": (0.1 * durations[part]).tolist()},
+            metrics=[
+                {
+                    "device": "process",
+                    "name": "process.cpu_percent",
+                    "t": ends[part].tolist(),
+                    "v": [90.0] * len(ends[part]),
+                }
+            ],
+            steps={
+                "rank": 0,
+                "index": list(range(first, part.stop)),
+                "t": ends[part].tolist(),
+                "duration": durations[part].tolist(),
+                "data_wait": (0.1 * durations[part]).tolist(),
+            },
             facts=facts or {"dataloader.0.num_workers": 4, "torch.num_threads": 8},
             devices=[],
-        )  # fmt: skip
+        )
         assert response.status_code == 200, response.content
     return Run.objects.get(run_id=agent.run_id)
 
@@ -100,10 +110,20 @@ def test_a_regressed_run_does_not_become_the_baseline(token: str) -> None:
 
 
 def test_the_comparison_page_names_the_fact_that_differs(token: str, owner: Any) -> None:
-    base = job_run(token, number=1, median_s=0.050, seed=1,
-                   facts={"dataloader.0.num_workers": 4, "torch.num_threads": 8})  # fmt: skip
-    slow = job_run(token, number=2, median_s=0.065, seed=2,
-                   facts={"dataloader.0.num_workers": 0, "torch.num_threads": 8})  # fmt: skip
+    base = job_run(
+        token,
+        number=1,
+        median_s=0.050,
+        seed=1,
+        facts={"dataloader.0.num_workers": 4, "torch.num_threads": 8},
+    )
+    slow = job_run(
+        token,
+        number=2,
+        median_s=0.065,
+        seed=2,
+        facts={"dataloader.0.num_workers": 0, "torch.num_threads": 8},
+    )
     diagnose_run_task(base.id)
     diagnose_run_task(slow.id)
     page = logged_in(owner).get(f"/compare/?run={slow.run_id}&run={base.run_id}")
@@ -116,16 +136,51 @@ def test_the_comparison_page_names_the_fact_that_differs(token: str, owner: Any)
     assert 'data-testid="step-distribution"' in html and 'data-testid="metric-overlays"' in html
 
 
+def test_a_run_five_times_as_fast_reads_as_a_speed_up_and_names_its_knob(
+    token: str, owner: Any
+) -> None:
+    """B's step is 80% shorter: "4.9× faster" (a speed-up), never "80% faster"; and B was
+    the candidate of a job, so the page says the agent applied a knob to it."""
+    base = job_run(token, number=1, median_s=0.100, seed=1, facts={"dataloader.0.num_workers": 0})
+    fast = job_run(
+        token,
+        number=2,
+        median_s=0.0205,
+        seed=2,
+        facts={"dataloader.0.num_workers": 0, "ab.knobs": "num_workers=4"},
+    )
+    html = logged_in(owner).get(f"/compare/?run={base.run_id}&run={fast.run_id}").content.decode()
+    sentence = html.split('data-testid="compare-sentence">')[1].split("</p>")[0]
+    assert "× faster (" in sentence and "% less time)" in sentence, sentence
+    assert "80% faster" not in html
+    knobs = html.split('data-testid="compare-knobs">')[1].split("</p>")[0]
+    assert knobs.startswith("Run B had a knob applied by the agent: <code>num_workers=4</code>")
+
+
 def test_the_comparison_page_diffs_the_traces_of_both_runs(token: str, owner: Any) -> None:
     base = job_run(token, number=1, median_s=0.050, seed=1)
     slow = job_run(token, number=2, median_s=0.050, seed=2)
     for run, extra_us in ((base, 0), (slow, 400)):
         events = [
-            {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "ts": 0, "dur": 2000,
-             "pid": 1, "tid": 1},
-            {"ph": "X", "cat": "cpu_op", "name": "aten::copy_", "ts": 10, "dur": 100 + extra_us,
-             "pid": 1, "tid": 1},
-        ]  # fmt: skip
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": "ProfilerStep#1",
+                "ts": 0,
+                "dur": 2000,
+                "pid": 1,
+                "tid": 1,
+            },
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": "aten::copy_",
+                "ts": 10,
+                "dur": 100 + extra_us,
+                "pid": 1,
+                "tid": 1,
+            },
+        ]
         agent = Agent(token, run_id=run.run_id, agent_id=run.processes.get().agent_id)
         assert all(r.status_code == 200 for r in upload(agent, trace_bytes(events)))
         diagnose_run_task(run.id)

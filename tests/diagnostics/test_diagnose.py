@@ -10,10 +10,10 @@ from django.utils import timezone
 
 from perfweb.diagnostics import services
 from perfweb.diagnostics.evidence import run_evidence
-from perfweb.diagnostics.models import Finding, RunDiagnosis
+from perfweb.diagnostics.models import Finding, FixVerification, RunDiagnosis
 from perfweb.diagnostics.selectors import finding_top_for_run
 from perfweb.diagnostics.tasks import diagnose_run_task
-from perfweb.jobs.models import FixVerification, Job
+from perfweb.jobs.models import Job
 from perfweb.runs.models import Run
 from tests.server.agent_client import Agent
 
@@ -91,8 +91,13 @@ def test_it_removes_findings_that_no_longer_fire(agent: Agent) -> None:
     diagnose_run_task(run.id)
     assert Finding.objects.filter(run=run, rule_id="dataloader.num_workers").exists()
     # the loop stops waiting: the latest window of steps is healthy
-    stream_steps(agent, steps=400, wait_share=0.0, start=run.started_at.timestamp() + 100,
-                 facts={"dataloader.0.num_workers": 4})  # fmt: skip
+    stream_steps(
+        agent,
+        steps=400,
+        wait_share=0.0,
+        start=run.started_at.timestamp() + 100,
+        facts={"dataloader.0.num_workers": 4},
+    )
     diagnose_run_task(run.id)
     assert not Finding.objects.filter(run=run, rule_id="dataloader.num_workers").exists()
 
@@ -118,12 +123,23 @@ def test_it_ranks_a_verified_fix_by_its_measured_gain(agent: Agent, owner: Any) 
     run = Run.objects.get()
     diagnose_run_task(run.id)
     job = Job.objects.create(
-        project=run.project, run=run, host=run.host, created_by=owner,
-        knobs={"num_workers": 4}, finding_id="dataloader.num_workers",
-    )  # fmt: skip
-    FixVerification.objects.create(run=run, finding_id="dataloader.num_workers", job=job,
-                                   status="refuted", measured_gain=0.0, speedup=1.0,
-                                   ci_low=0.97, ci_high=1.03)  # fmt: skip
+        project=run.project,
+        run=run,
+        host=run.host,
+        created_by=owner,
+        knobs={"num_workers": 4},
+        finding_id="dataloader.num_workers",
+    )
+    FixVerification.objects.create(
+        run=run,
+        finding_id="dataloader.num_workers",
+        job=job,
+        status="refuted",
+        measured_gain=0.0,
+        speedup=1.0,
+        ci_low=0.97,
+        ci_high=1.03,
+    )
     diagnose_run_task(run.id)
     refuted = Finding.objects.get(run=run, rule_id="dataloader.num_workers")
     assert refuted.measured_gain == 0.0

@@ -26,8 +26,10 @@ def stack(monkeypatch: pytest.MonkeyPatch) -> Iterator[stack_module.Stack]:
     running.env.update(PERFWEB_DIAGNOSE_SWEEP_INTERVAL="1", PERFWEB_DIAGNOSE_INTERVAL="5")
     try:
         running.start()
-        running.spawn("beat", [sys.executable, "-m", "celery", "-A", "perfweb", "beat",
-                               "--loglevel", "WARNING"])  # fmt: skip
+        running.spawn(
+            "beat",
+            [sys.executable, "-m", "celery", "-A", "perfweb", "beat", "--loglevel", "WARNING"],
+        )
         yield running
     finally:
         running.stop()

@@ -33,9 +33,13 @@ WORKER = ["worker", "--pool", "solo", "--without-mingle", "--without-gossip", "-
 def _start(server: Server, *args: str) -> subprocess.Popen[bytes]:
     with server.log.open("ab") as log:
         process = subprocess.Popen(
-            [*PROCESS, *args], cwd=ROOT, env=server.env, stdout=log, stderr=subprocess.STDOUT,
+            [*PROCESS, *args],
+            cwd=ROOT,
+            env=server.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
             start_new_session=True,
-        )  # fmt: skip
+        )
     server.processes.append(process)
     return process
 
@@ -66,24 +70,41 @@ def test_a_diagnosis_whose_worker_was_killed_completes_on_a_new_worker(tmp_path:
     hold, started = tmp_path / "hold", tmp_path / "started"
     queue = f"perfweb-killed-worker-{os.getpid()}"
     server = Server(
-        tmp_path, REDIS_URL=f"redis://{REDIS_HOST}:{REDIS_PORT}/{REDIS_DB}",
-        PERFWEB_TEST_QUEUE=queue, PYTHONPATH=str(ROOT),
-        SLOW_DIAGNOSIS_HOLD=str(hold), SLOW_DIAGNOSIS_STARTED=str(started),
-    )  # fmt: skip
+        tmp_path,
+        REDIS_URL=f"redis://{REDIS_HOST}:{REDIS_PORT}/{REDIS_DB}",
+        PERFWEB_TEST_QUEUE=queue,
+        PYTHONPATH=str(ROOT),
+        SLOW_DIAGNOSIS_HOLD=str(hold),
+        SLOW_DIAGNOSIS_STARTED=str(started),
+    )
     try:
         server.manage("migrate", "-v0")
         done = subprocess.run(
-            [sys.executable, "manage.py", "shell", "-c", STORE_RUN], cwd=ROOT, env=server.env,
-            check=True, capture_output=True, text=True, timeout=120,
-        )  # fmt: skip
+            [sys.executable, "manage.py", "shell", "-c", STORE_RUN],
+            cwd=ROOT,
+            env=server.env,
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         run_pk = int(done.stdout.strip().splitlines()[-1])
         hold.touch()
         doomed = _start(server, *WORKER, "-I", "tests.diagnostics.slow_diagnosis")
         subprocess.run(
-            [*PROCESS, "call", "--args", f"[{run_pk}]",
-             "perfweb.diagnostics.tasks.diagnose_run_task"],
-            cwd=ROOT, env=server.env, check=True, capture_output=True, timeout=60,
-        )  # fmt: skip
+            [
+                *PROCESS,
+                "call",
+                "--args",
+                f"[{run_pk}]",
+                "perfweb.diagnostics.tasks.diagnose_run_task",
+            ],
+            cwd=ROOT,
+            env=server.env,
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
         _wait(started.exists, seconds=120, server=server, what="the diagnosis starting")
         assert _diagnosis(server.database, run_pk)[1] is not None  # claimed by the doomed one
         os.killpg(doomed.pid, signal.SIGKILL)  # mid-diagnosis; nothing of it runs after this
@@ -93,8 +114,10 @@ def test_a_diagnosis_whose_worker_was_killed_completes_on_a_new_worker(tmp_path:
         _start(server, "beat", "-l", "info", "-s", str(tmp_path / "beat-schedule"))
         took = _wait(
             lambda: _diagnosis(server.database, run_pk)[0] is not None,
-            seconds=RECOVERY_BOUND_S, server=server, what="the diagnosis on the new worker",
-        )  # fmt: skip
+            seconds=RECOVERY_BOUND_S,
+            server=server,
+            what="the diagnosis on the new worker",
+        )
         print(f"diagnosis completed {took:.1f} s after the new worker started")
         assert started.read_text().count("\n") == 1  # the new worker did not go through the hold
     finally:
@@ -107,8 +130,9 @@ def test_a_live_diagnosis_keeps_renewing_its_claim(project: Any, settings: Any) 
 
     settings.PERFWEB_DIAGNOSE_CLAIM_TTL = 0.6
     now = timezone.now()
-    run = Run.objects.create(project=project, run_id="claimed-run", started_at=now,
-                             last_seen_at=now)  # fmt: skip
+    run = Run.objects.create(
+        project=project, run_id="claimed-run", started_at=now, last_seen_at=now
+    )
     state = RunDiagnosis.objects.create(
         run=run, started_at=now, claimed_until=now + timedelta(seconds=0.6)
     )

@@ -30,10 +30,22 @@ def offline_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     folder = tmp_path_factory.mktemp("offline")
     perf_agent = Path(sys.executable).with_name("perf-agent")
     done = subprocess.run(
-        [str(perf_agent), "attach", "--offline", str(folder), "--",
-         sys.executable, "examples/bottleneck_dataloader.py", "--steps", "30"],
-        cwd=ROOT, capture_output=True, text=True, timeout=240,
-    )  # fmt: skip
+        [
+            str(perf_agent),
+            "attach",
+            "--offline",
+            str(folder),
+            "--",
+            sys.executable,
+            "examples/bottleneck_dataloader.py",
+            "--steps",
+            "30",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert done.returncode == 0, done.stderr
     yield folder
 
@@ -43,9 +55,12 @@ def client_post(client: Client) -> Any:
 
     def post(server: str, path: str, token: str | None, gz_body: bytes, timeout: float) -> Any:
         reply = client.post(
-            path, data=gz_body, content_type="application/json",
-            HTTP_CONTENT_ENCODING="gzip", HTTP_AUTHORIZATION=f"Bearer {token}",
-        )  # fmt: skip
+            path,
+            data=gz_body,
+            content_type="application/json",
+            HTTP_CONTENT_ENCODING="gzip",
+            HTTP_AUTHORIZATION=f"Bearer {token}",
+        )
         return transport.Reply(reply.status_code, reply.json())
 
     return post
@@ -62,7 +77,8 @@ def test_the_server_diagnoses_an_uploaded_offline_run_as_the_cli_does(
     assert Trace.objects.filter(run=run).count() == report.traces >= 1
     diagnose_run_task(run.id)
     stored = list(Finding.objects.filter(run=run).order_by("rank"))
-    offline = analyze_path(offline_dir).findings
+    analysed = analyze_path(offline_dir)
+    offline = [*analysed.findings, *analysed.host_conditions]  # stored together, fixes first
     assert stored[0].rule_id == offline[0].id == "dataloader.num_workers"
     assert [f.rule_id for f in stored] == [f.id for f in offline]
     for ours, theirs in zip(stored, offline, strict=True):

@@ -9,17 +9,19 @@ from django.test import Client
 
 from perfweb.alerts.why import as_payload
 from perfweb.diagnostics.formatting import evidence_text, format_value, pct
-from perfweb.diagnostics.models import Finding
+from perfweb.diagnostics.models import Finding, FixVerification
 from perfweb.diagnostics.selectors import finding_for_run
 from perfweb.diagnostics.tasks import diagnose_run_task
-from perfweb.jobs.models import FixVerification, Job
-from perfweb.jobs.signals import fix_verification_changed
+from perfweb.diagnostics.verification import fix_verification_record
+from perfweb.jobs.models import Job
 from perfweb.runs.models import Run
 from tests.server.agent_client import Agent
 
 from .conftest import input_bound_run
 
 pytestmark = pytest.mark.django_db
+# A job's comparison as the A/B engine stores it, with the loss kept (a training run).
+MEASURED = {"loss_parity": {"visible": True, "within_tolerance": True}, "agreement": None}
 
 
 def test_a_verification_re_ranks_the_run_once_it_commits(
@@ -29,19 +31,27 @@ def test_a_verification_re_ranks_the_run_once_it_commits(
     run = Run.objects.get()
     diagnose_run_task(run.id)
     job = Job.objects.create(
-        project=run.project, run=run, host=run.host, created_by=owner,
-        knobs={"num_workers": 4}, finding_id="dataloader.num_workers",
-    )  # fmt: skip
-    verification = FixVerification.objects.create(
-        run=run, finding_id="dataloader.num_workers", job=job, status="verified",
-        measured_gain=0.7, speedup=3.3, ci_low=3.0, ci_high=3.6,
-    )  # fmt: skip
+        project=run.project,
+        run=run,
+        host=run.host,
+        created_by=owner,
+        knobs={"num_workers": 4},
+        finding_id="dataloader.num_workers",
+    )
+    result = {
+        **MEASURED,
+        "verdict": "faster",
+        "measured_gain": 0.7,
+        "speedup": 3.3,
+        "ci_low": 3.0,
+        "ci_high": 3.6,
+    }
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
-        fix_verification_changed.send(
-            sender=FixVerification, run=run, finding_id="dataloader.num_workers",
-            verification=verification,
-        )  # fmt: skip
+        verification = fix_verification_record(
+            run=run, job_id=job.id, finding_id=job.finding_id, knobs=job.knobs, result=result
+        )
     assert len(callbacks) == 1
+    assert verification is not None and verification.status == FixVerification.VERIFIED
     top = Finding.objects.get(run=run, rank=1)
     assert (top.rule_id, top.measured_gain, top.score) == ("dataloader.num_workers", 0.7, 0.7)
 
@@ -54,24 +64,34 @@ def test_an_inconclusive_measurement_leaves_the_estimate_in_the_ranking(
     diagnose_run_task(run.id)
     before = Finding.objects.get(run=run, rule_id="dataloader.num_workers")
     job = Job.objects.create(
-        project=run.project, run=run, host=run.host, created_by=owner,
-        knobs={"num_workers": 4}, finding_id="dataloader.num_workers",
-    )  # fmt: skip
-    verification = FixVerification.objects.create(
-        run=run, finding_id="dataloader.num_workers", job=job, status="inconclusive",
-        measured_gain=-0.05, speedup=0.95, ci_low=0.34, ci_high=1.93,
-        reason="inconclusive \u2014 more rounds needed",
-    )  # fmt: skip
+        project=run.project,
+        run=run,
+        host=run.host,
+        created_by=owner,
+        knobs={"num_workers": 4},
+        finding_id="dataloader.num_workers",
+    )
+    result = {
+        **MEASURED,
+        "verdict": "inconclusive",
+        "measured_gain": -0.05,
+        "speedup": 0.95,
+        "ci_low": 0.34,
+        "ci_high": 1.93,
+    }
     with django_capture_on_commit_callbacks(execute=True):
-        fix_verification_changed.send(
-            sender=FixVerification, run=run, finding_id="dataloader.num_workers",
-            verification=verification,
-        )  # fmt: skip
+        verification = fix_verification_record(
+            run=run, job_id=job.id, finding_id="", knobs=job.knobs, result=result
+        )  # the job's single knob names the finding
+    assert verification is not None and verification.finding_id == "dataloader.num_workers"
+    assert verification.reason == "inconclusive \u2014 more rounds needed"
     after = Finding.objects.get(run=run, rule_id="dataloader.num_workers")
     assert after.measured_gain is None
     assert (after.estimated_gain, after.score, after.rank) == (
-        before.estimated_gain, before.score, before.rank,
-    )  # fmt: skip
+        before.estimated_gain,
+        before.score,
+        before.rank,
+    )
     assert after.score > 0
     client = Client()
     client.force_login(owner)
@@ -108,7 +128,7 @@ def test_it_gives_alerts_the_top_finding_in_words(agent: Agent) -> None:
         (True, "flag", "yes"),
         (0.0123, "s", "12.3 ms"),
         (2.5, "s", "2.5 s"),
-        (50161.2, "µs", "50,161 µs"),
+        (50161.2, "µs", "50.2 ms"),  # never "50,161 µs"
         (4.1071, "µs", "4.11 µs"),
         (3 * 1024**3, "bytes", "3.0 GiB"),
         (97.0, "%", "97 %"),

@@ -112,3 +112,18 @@ def test_a_diagnosis_reads_the_latest_traces_of_each_rank(
         "window-1.pt.trace.json.gz",
         "window-2.pt.trace.json.gz",
     ]
+
+
+@needs_peer_trace
+def test_a_trace_over_the_workers_memory_budget_is_analysed_in_part_and_says_so(
+    started: Agent, django_capture_on_commit_callbacks: Any, settings: Any
+) -> None:
+    # 1 MB above the base: the tables (0.2 x its 15 MB of JSON) do not fit
+    settings.PERFWEB_DIAGNOSIS_MEMORY_MB = 101
+    with django_capture_on_commit_callbacks(execute=True):
+        upload(started, NS_TRACE.read_bytes(), name="rank-0", chunk_bytes=1024 * 1024)
+    trace = Trace.objects.get()
+    assert trace.analysis_error == "" and trace.summary["tables"] is None
+    stored = summary_from_json(trace.summary)
+    assert stored.degraded == "operator and kernel tables not built (over the 101 MB budget)"
+    assert stored.temporal == summarize(load_trace(NS_TRACE)).temporal

@@ -123,9 +123,15 @@ def test_it_stores_the_trace_tables_with_the_diagnosis(stored: tuple[Trace, byte
     assert ops["aten::linear"]["device_total_us"] == 200.0  # through aten::addmm's launch
     assert ops["aten::addmm"]["device_self_us"] == 200.0
     assert tables["kernels"] == [
-        {"name": "ampere_sgemm_128x64_tn", "count": 1, "total_us": 200.0, "mean_us": 200.0,
-         "share": 1.0, "tensor_cores": False}
-    ]  # fmt: skip
+        {
+            "name": "ampere_sgemm_128x64_tn",
+            "count": 1,
+            "total_us": 200.0,
+            "mean_us": 200.0,
+            "share": 1.0,
+            "tensor_cores": False,
+        }
+    ]
     assert tables["steps"] == 1
 
 

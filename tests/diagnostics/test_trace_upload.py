@@ -90,9 +90,10 @@ def test_it_rejects_a_size_that_the_chunks_do_not_add_up_to(started: Agent) -> N
     [body] = chunk_bodies(started.run_id, started.agent_id, NAME, data)
     reply = started.post("trace", {**body, "size": len(data) + 1})
     assert reply.status_code == 400
-    assert (
-        reply.json()["error"] == f"the 1 chunks hold {len(data)} bytes, not size ({len(data) + 1})"
-    )
+    assert reply.json()["error"] == (
+        f"data holds {len(data)} bytes, which is not chunk 0 of 1 equal chunks of a"
+        f" {len(data) + 1}-byte file"
+    )  # refused before it is staged
     assert Trace.objects.count() == 0
 
 

@@ -46,8 +46,13 @@ def test_it_exports_the_latest_device_values_with_the_labels_dcgm_users_asked_fo
     (gpu,) = found["perfweb_gpu_utilization_percent"]
     assert gpu.value == 59.0  # the last of 50..59
     assert gpu.labels == {
-        "project": "vision", "run": RUN_ID, "run_name": "resnet50-bs256",
-        "host": "gpu-node-07", "device": "gpu:0", "rank": "", "gpu": "0",
+        "project": "vision",
+        "run": RUN_ID,
+        "run_name": "resnet50-bs256",
+        "host": "gpu-node-07",
+        "device": "gpu:0",
+        "rank": "",
+        "gpu": "0",
     }
     (rss,) = found["perfweb_process_rss_bytes"]
     assert rss.value == 1.2e9 + 9 and rss.labels["device"] == "process"
@@ -87,8 +92,12 @@ def test_it_exports_the_latest_value_of_every_scalar_the_script_logs(token: str)
     assert set(scalars) == {"loss", "train.lr"}
     assert scalars["loss"].value == 1.75 and scalars["train.lr"].value == pytest.approx(3e-4)
     assert scalars["loss"].labels == {
-        "project": "vision", "run": RUN_ID, "run_name": "resnet50-bs256",
-        "host": "gpu-node-07", "rank": "0", "name": "loss",
+        "project": "vision",
+        "run": RUN_ID,
+        "run_name": "resnet50-bs256",
+        "host": "gpu-node-07",
+        "rank": "0",
+        "name": "loss",
     }
     # the script's scalars are not device gauges: the GPU families are unchanged
     assert [s.value for s in found["perfweb_gpu_utilization_percent"]] == [59.0]
@@ -98,7 +107,9 @@ def test_an_inference_run_exports_request_latency_instead_of_step_time(token: st
     stream_now(Agent(token), facts={"workload.kind": "inference"})
     found = samples(scrape(token).content)
     assert {s.labels["quantile"] for s in found["perfweb_request_latency_seconds"]} == {
-        "0.5", "0.95", "0.99"
+        "0.5",
+        "0.95",
+        "0.99",
     }
     assert "perfweb_step_duration_seconds" not in found
 
@@ -109,8 +120,13 @@ def test_it_exports_the_findings_of_live_runs_by_id(token: str) -> None:
 
     stream_now(Agent(token))
     Finding.objects.create(
-        run=Run.objects.get(run_id=RUN_ID), rule_id="dataloader.num_workers", rank=1,
-        score=0.5, title="DataLoader wait", risk="data-path", confidence=0.9,
+        run=Run.objects.get(run_id=RUN_ID),
+        rule_id="dataloader.num_workers",
+        rank=1,
+        score=0.5,
+        title="DataLoader wait",
+        risk="data-path",
+        confidence=0.9,
         estimated_gain=0.42,
     )
     found = samples(scrape(token).content)
@@ -144,3 +160,34 @@ def test_it_refuses_a_scrape_without_a_valid_token(bad: str | None) -> None:
     reply = scrape(bad)
     assert reply.status_code == 401
     assert "project token" in reply.json()["error"]
+
+
+def test_it_exports_each_phase_of_the_step_anatomy_over_the_last_minute(token: str) -> None:
+    agent = Agent(token)
+    assert agent.start().status_code == 200
+    now = time.time()
+    body = batch_body(start=now - 20, n=10, run_id=agent.run_id, agent_id=agent.agent_id)
+    times = [now - 9, now - 8, now - 7]
+    body["metrics"] += [
+        {"device": "rank:0", "name": "step.phase.optimizer", "t": times, "v": [0.2, 0.3, 0.9]},
+        {"device": "rank:0", "name": "step.phase.forward", "t": times, "v": [0.1, 0.1, 0.1]},
+    ]
+    assert agent.post("batch", body).status_code == 200
+    found = samples(scrape(token).content)
+    phases = {s.labels["phase"]: s for s in found["perfweb_step_phase_seconds"]}
+    assert phases["optimizer"].value == pytest.approx(0.3)  # the median, not the last
+    assert phases["forward"].value == pytest.approx(0.1)
+    assert phases["optimizer"].labels["rank"] == "0"
+
+
+def test_it_exports_the_mfu_of_a_run_whose_step_flops_were_counted(token: str) -> None:
+    agent = Agent(token)
+    assert agent.start().status_code == 200
+    now = time.time()
+    body = batch_body(start=now - 20, n=10, run_id=agent.run_id, agent_id=agent.agent_id)
+    body["facts"] = {"flops.per_step": 1e9, "cpu.peak_flops": 1e10, "cpu.peak_threads": 2}
+    assert agent.post("batch", body).status_code == 200
+    found = samples(scrape(token).content)
+    (mfu,) = found["perfweb_model_flops_utilization_ratio"]
+    median = {s.labels["quantile"]: s.value for s in found["perfweb_step_duration_seconds"]}
+    assert mfu.value == pytest.approx(1e9 / median["0.5"] / 1e10)

@@ -33,34 +33,46 @@ def test_it_sorts_busy_low_and_idle_holding_memory_time() -> None:
 
 
 def test_an_idle_gpu_without_memory_is_low_utilisation_not_holding() -> None:
-    time = gpu_time(utilization=every_second([0.0] * 4), memory=every_second([0.2 * GIB] * 4),
-                    energy=None, start=0.0, end=4.0)
+    time = gpu_time(
+        utilization=every_second([0.0] * 4),
+        memory=every_second([0.2 * GIB] * 4),
+        energy=None,
+        start=0.0,
+        end=4.0,
+    )
     assert time.idle_holding_memory == 0.0 and time.low_utilization == 4.0
 
 
 def test_time_no_sample_covers_is_unattributed_never_counted_as_busy_or_idle() -> None:
     # one minute of run, samples for the first 10 s only: the agent saw 10 s
-    time = gpu_time(utilization=every_second([95.0] * 10), memory=None, energy=None,
-                    start=0.0, end=60.0)
+    time = gpu_time(
+        utilization=every_second([95.0] * 10), memory=None, energy=None, start=0.0, end=60.0
+    )
     assert time.busy == 10.0 and time.unattributed == 50.0
-    blind = gpu_time(utilization=Series(t=[], v=[]), memory=None, energy=None,
-                     start=0.0, end=60.0)
+    blind = gpu_time(utilization=Series(t=[], v=[]), memory=None, energy=None, start=0.0, end=60.0)
     assert blind.unattributed == 60.0 and blind.busy == blind.low_utilization == 0.0
 
 
 def test_samples_outside_the_window_count_only_their_part_inside() -> None:
-    time = gpu_time(utilization=every_second([50.0] * 100), memory=None, energy=None,
-                    start=10.5, end=20.0)
+    time = gpu_time(
+        utilization=every_second([50.0] * 100), memory=None, energy=None, start=10.5, end=20.0
+    )
     assert time.busy == pytest.approx(9.5) and time.unattributed == pytest.approx(0.0)
 
 
 def test_energy_comes_from_the_counter_s_increases_in_the_window() -> None:
     energy = Series(t=[0, 1, 2, 3, 4], v=[1000.0, 1600.0, 2200.0, 100.0, 700.0])  # reload at 3
-    time = gpu_time(utilization=every_second([50.0] * 5), memory=None, energy=energy,
-                    start=0.0, end=5.0)
+    time = gpu_time(
+        utilization=every_second([50.0] * 5), memory=None, energy=energy, start=0.0, end=5.0
+    )
     assert time.energy_joules == 600 + 600 + 600
-    one = gpu_time(utilization=every_second([50.0]), memory=None,
-                   energy=Series(t=[0], v=[5.0]), start=0.0, end=1.0)
+    one = gpu_time(
+        utilization=every_second([50.0]),
+        memory=None,
+        energy=Series(t=[0], v=[5.0]),
+        start=0.0,
+        end=1.0,
+    )
     assert one.energy_joules is None  # one reading says nothing
 
 
@@ -86,6 +98,11 @@ def test_a_bad_price_setting_fails_loudly(bad: str) -> None:
 def test_an_energy_reading_a_rounding_error_outside_the_span_still_counts() -> None:
     # the run's start comes back from the database rounded to the microsecond
     energy = Series(t=[99.9999996, 101.0, 102.0], v=[0.0, 10.0, 20.0])
-    time = gpu_time(utilization=every_second([50.0] * 3, start=100.0), memory=None,
-                    energy=energy, start=100.0, end=103.0)
+    time = gpu_time(
+        utilization=every_second([50.0] * 3, start=100.0),
+        memory=None,
+        energy=energy,
+        start=100.0,
+        end=103.0,
+    )
     assert time.energy_joules == 20.0

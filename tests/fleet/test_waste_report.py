@@ -20,15 +20,36 @@ CPU_RUN = "b" * 32
 H100 = {"key": "gpu:0", "kind": "gpu", "index": 0, "name": "NVIDIA H100 80GB HBM3"}
 
 
-def stream(token: str, run_id: str, *, metrics: list[dict[str, Any]], start: float, end: float,
-           devices: list[dict[str, Any]], tags: dict[str, str]) -> None:
+def stream(
+    token: str,
+    run_id: str,
+    *,
+    metrics: list[dict[str, Any]],
+    start: float,
+    end: float,
+    devices: list[dict[str, Any]],
+    tags: dict[str, str],
+) -> None:
     agent = Agent(token, run_id=run_id, agent_id=run_id[::-1])
     assert agent.start(started_at=start, devices=devices, tags=tags).status_code == 200
-    body = {"run_id": run_id, "agent_id": agent.agent_id, "seq": 0, "sent_at": end,
-            "metrics": metrics, "facts": {}, "devices": [], "dropped": 0}
+    body = {
+        "run_id": run_id,
+        "agent_id": agent.agent_id,
+        "seq": 0,
+        "sent_at": end,
+        "metrics": metrics,
+        "facts": {},
+        "devices": [],
+        "dropped": 0,
+    }
     assert agent.post("batch", body).status_code == 200
-    finish = {"run_id": run_id, "agent_id": agent.agent_id, "ended_at": end, "exit_code": 0,
-              "final": True}
+    finish = {
+        "run_id": run_id,
+        "agent_id": agent.agent_id,
+        "ended_at": end,
+        "exit_code": 0,
+        "final": True,
+    }
     assert agent.post("finish", finish).status_code == 200
 
 
@@ -39,21 +60,57 @@ def fleet(token: str) -> float:
     end = time.time() - 60
     start = end - 20
     seconds = [start + i for i in range(20)]
-    stream(token, GPU_RUN, start=start, end=end, devices=[H100], tags={"user": "ada"}, metrics=[
-        {"device": "gpu:0", "name": "gpu.utilization", "t": seconds, "v": [90.0] * 10 + [0.0] * 10},
-        {"device": "gpu:0", "name": "gpu.memory_used", "t": seconds, "v": [8.0 * GIB] * 20},
-        {"device": "gpu:0", "name": "gpu.energy", "t": seconds, "v": [20.0 * i for i in range(20)]},
-    ])
+    stream(
+        token,
+        GPU_RUN,
+        start=start,
+        end=end,
+        devices=[H100],
+        tags={"user": "ada"},
+        metrics=[
+            {
+                "device": "gpu:0",
+                "name": "gpu.utilization",
+                "t": seconds,
+                "v": [90.0] * 10 + [0.0] * 10,
+            },
+            {"device": "gpu:0", "name": "gpu.memory_used", "t": seconds, "v": [8.0 * GIB] * 20},
+            {
+                "device": "gpu:0",
+                "name": "gpu.energy",
+                "t": seconds,
+                "v": [20.0 * i for i in range(20)],
+            },
+        ],
+    )
     cpu_seconds = [end - 36 + i for i in range(36)]
-    stream(token, CPU_RUN, start=end - 36, end=end, devices=[], tags={"user": "grace"}, metrics=[
-        {"device": "process", "name": "process.cpu_percent", "t": cpu_seconds, "v": [200.0] * 36},
-    ])
+    stream(
+        token,
+        CPU_RUN,
+        start=end - 36,
+        end=end,
+        devices=[],
+        tags={"user": "grace"},
+        metrics=[
+            {
+                "device": "process",
+                "name": "process.cpu_percent",
+                "t": cpu_seconds,
+                "v": [200.0] * 36,
+            },
+        ],
+    )
     from perfweb.diagnostics.models import Finding
     from perfweb.runs.models import Run
 
     Finding.objects.create(
-        run=Run.objects.get(run_id=GPU_RUN), rule_id="dataloader.num_workers", rank=1,
-        score=0.4, title="Raise num_workers", risk="data-path", confidence=0.9,
+        run=Run.objects.get(run_id=GPU_RUN),
+        rule_id="dataloader.num_workers",
+        rank=1,
+        score=0.4,
+        title="Raise num_workers",
+        risk="data-path",
+        confidence=0.9,
         estimated_gain=0.4,
     )
     return end
@@ -89,16 +146,20 @@ def test_the_top_fix_says_how_many_gpu_hours_it_would_have_saved(fleet: float, t
     assert report["recoverable_gpu_hours"] == pytest.approx(0.4 * 20 / 3600)
 
 
-def test_a_regression_is_not_the_fix_that_would_have_saved_hours(
-    fleet: float, token: str
-) -> None:
+def test_a_regression_is_not_the_fix_that_would_have_saved_hours(fleet: float, token: str) -> None:
     from perfweb.diagnostics.models import Finding
     from perfweb.runs.models import Run
 
     Finding.objects.filter(rule_id="dataloader.num_workers").update(rank=2)
     Finding.objects.create(
-        run=Run.objects.get(run_id=GPU_RUN), rule_id="run.regression", rank=1, score=0.6,
-        title="Regressed vs run a", risk="data-path", confidence=0.9, estimated_gain=0.6,
+        run=Run.objects.get(run_id=GPU_RUN),
+        rule_id="run.regression",
+        rank=1,
+        score=0.6,
+        title="Regressed vs run a",
+        risk="data-path",
+        confidence=0.9,
+        estimated_gain=0.6,
     )
     (gpu_run,) = [r for r in waste(token).json()["runs_detail"] if r["run_id"] == GPU_RUN]
     assert gpu_run["top_fix"]["id"] == "dataloader.num_workers"
@@ -132,23 +193,68 @@ def test_runs_outside_the_window_and_other_projects_do_not_count(
     assert waste(token, "window=week").json()["runs"] == 2
 
 
-@pytest.mark.parametrize(("query", "message"), [
-    ("window=year", "window is not one of day, week, month"),
-    ("tag=a%20b", "tag is not a tag name"),
-])
+@pytest.mark.parametrize(
+    ("query", "message"),
+    [
+        ("window=year", "window is not one of day, week, month"),
+        ("tag=a%20b", "tag is not a tag name"),
+    ],
+)
 def test_a_bad_query_gets_one_line(token: str, query: str, message: str) -> None:
     reply = waste(token, query)
     assert reply.status_code == 400 and reply.json()["error"].startswith(message)
 
 
-def test_the_fleet_page_shows_the_split_and_the_fix(
-    fleet: float, owner: Any, project: Any
-) -> None:
+def test_the_fleet_page_shows_the_split_and_the_fix(fleet: float, owner: Any, project: Any) -> None:
     client = Client()
     assert client.login(username="owner", password=PASSWORD)
     page = client.get("/fleet/?window=day").content.decode()
     assert "idle holding memory" in page and "dataloader.num_workers" in page
-    assert "2 runs" in page and "CPU · 0.02 h core" in page
+    assert "2 runs" in page and "no GPU hours: 1.2 core-min of CPU" in page
+
+
+def test_a_run_never_examined_is_never_given_an_all_clear(
+    fleet: float, token: str, owner: Any
+) -> None:
+    """The CPU run has process samples only: no step, no trace, no GPU sample. Its page says
+    "not examined"; the fleet says so too, never "no finding"."""
+    report = waste(token).json()
+    (cpu_run,) = [r for r in report["runs_detail"] if r["run_id"] == CPU_RUN]
+    assert cpu_run["top_fix"] is None
+    assert cpu_run["coverage"]["verdict"] == "not_observed"
+    assert cpu_run["coverage"]["headline"].startswith("Not examined")
+    (gpu_run,) = [r for r in report["runs_detail"] if r["run_id"] == GPU_RUN]
+    assert gpu_run["coverage"]["verdict"] == "partly_observed"  # GPU samples, no step
+    client = Client()
+    assert client.login(username="owner", password=PASSWORD)
+    page = client.get("/fleet/?window=day").content.decode()
+    assert "nothing to say: not examined" in page and "no finding" not in page
+
+
+def test_a_cpu_run_says_why_it_has_no_energy_and_what_its_fix_saves_in_core_time(
+    fleet: float, token: str, owner: Any
+) -> None:
+    from perfweb.diagnostics.models import Finding
+    from perfweb.runs.models import Run
+
+    Finding.objects.create(
+        run=Run.objects.get(run_id=CPU_RUN),
+        rule_id="cpu.threads_too_few",
+        rank=1,
+        score=0.5,
+        title="Use the cores",
+        risk="data-path",
+        confidence=0.9,
+        estimated_gain=0.5,
+    )
+    report = waste(token).json()
+    (cpu_run,) = [r for r in report["runs_detail"] if r["run_id"] == CPU_RUN]
+    assert cpu_run["energy_kwh"] is None and "no energy counter" in cpu_run["energy_note"]
+    assert cpu_run["top_fix"]["recoverable_core_hours"] == pytest.approx(0.5 * 2 * 36 / 3600)
+    client = Client()
+    assert client.login(username="owner", password=PASSWORD)
+    page = client.get("/fleet/?window=day").content.decode()
+    assert "<code>cpu.threads_too_few</code>: 0.6 core-min · 50% estimated" in page
 
 
 def test_members_set_prices_and_outsiders_cannot(

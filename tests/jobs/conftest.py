@@ -16,8 +16,14 @@ def run(project: Any) -> Any:
 
     now = timezone.now()
     return Run.objects.create(
-        project=project, run_id="run-input-bound-01", name="input-bound",
-        command=["python", "train.py"], cwd="/work/project", host=socket.gethostname(),
-        status=Run.FINISHED, started_at=now, last_seen_at=now,
+        project=project,
+        run_id="run-input-bound-01",
+        name="input-bound",
+        command=["python", "train.py"],
+        cwd="/work/project",
+        host=socket.gethostname(),
+        status=Run.FINISHED,
+        started_at=now,
+        last_seen_at=now,
         facts={"host.cpu_count": 4},
-    )  # fmt: skip
+    )

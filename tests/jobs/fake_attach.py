@@ -87,10 +87,13 @@ def _as_inference(body: dict, steps: int) -> None:
         shift = 0.0  # the baseline
     rows = [[1.0 - shift, 0.0], [0.0, 1.0]]  # a shift of 1.5 flips the first row's arg-max
     requests = [
-        {"shape": [2, 2], "top1": [max(range(2), key=row.__getitem__) for row in rows],
-         "values": [v for row in rows for v in row]}
+        {
+            "shape": [2, 2],
+            "top1": [max(range(2), key=row.__getitem__) for row in rows],
+            "values": [v for row in rows for v in row],
+        }
         for _ in range(min(steps, 64))
-    ]  # fmt: skip
+    ]
     with open(path, "w") as handle:
         json.dump({"requests": requests, "note": ""}, handle)
 

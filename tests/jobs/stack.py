@@ -64,11 +64,26 @@ class Stack:
         self.manage("migrate", "--no-input", "-v", "0")
         out = self.manage("bootstrap", "--user", USER, "--password", PASSWORD, "--project", "jobs")
         self.token = next(line[6:] for line in out.splitlines() if line.startswith("token="))
-        self.spawn("web", [sys.executable, "manage.py", "runserver", "--noreload",
-                           f"127.0.0.1:{self.port}"])  # fmt: skip
-        worker = [sys.executable, "-m", "celery", "-A", "perfweb", "worker", "--loglevel",
-                  "WARNING", "--pool", "solo", "--without-gossip", "--without-mingle",
-                  "--hostname", f"jobs-{self.port}@%h"]  # fmt: skip
+        self.spawn(
+            "web",
+            [sys.executable, "manage.py", "runserver", "--noreload", f"127.0.0.1:{self.port}"],
+        )
+        worker = [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "perfweb",
+            "worker",
+            "--loglevel",
+            "WARNING",
+            "--pool",
+            "solo",
+            "--without-gossip",
+            "--without-mingle",
+            "--hostname",
+            f"jobs-{self.port}@%h",
+        ]
         self.spawn("worker", worker)
         self.wait_http(self.url + "/login/", deadline_s=60)
         self.login()
@@ -77,9 +92,13 @@ class Stack:
     def spawn(self, name: str, argv: list[str], **env: str) -> subprocess.Popen[bytes]:
         log = open(self.dir / f"{name}.log", "ab")  # noqa: SIM115 (lives with the process)
         process = subprocess.Popen(
-            argv, cwd=ROOT, env={**self.env, **env}, stdout=log, stderr=subprocess.STDOUT,
+            argv,
+            cwd=ROOT,
+            env={**self.env, **env},
+            stdout=log,
+            stderr=subprocess.STDOUT,
             start_new_session=True,
-        )  # fmt: skip
+        )
         self.processes[name] = process
         return process
 
@@ -95,8 +114,14 @@ class Stack:
 
     # the product, as its users reach it -------------------------------------------------
     def manage(self, *args: str) -> str:
-        done = subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=self.env,
-                              capture_output=True, text=True, timeout=180)  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, "manage.py", *args],
+            cwd=ROOT,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
         if done.returncode != 0:
             raise RuntimeError(f"manage.py {args[0]} failed:\n{done.stdout}\n{done.stderr}")
         return done.stdout
@@ -104,16 +129,39 @@ class Stack:
     def attach(self, *command: str) -> str:
         """`perf-agent attach --server --token -- CMD` to the end; returns the run id."""
         done = subprocess.run(
-            [str(BIN / "perf-agent"), "attach", "--server", self.url, "--token", self.token,
-             "--", *command],
-            cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=300,
-        )  # fmt: skip
+            [
+                str(BIN / "perf-agent"),
+                "attach",
+                "--server",
+                self.url,
+                "--token",
+                self.token,
+                "--",
+                *command,
+            ],
+            cwd=ROOT,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert done.returncode == 0, done.stderr
         return self.query("SELECT run_id FROM runs_run ORDER BY id DESC LIMIT 1")[0][0]
 
     def start_runner(self, name: str = "runner") -> subprocess.Popen[bytes]:
-        return self.spawn(name, [str(BIN / "perf-agent"), "runner", "--server", self.url,
-                                 "--token", self.token, "--poll", "0.5"])  # fmt: skip
+        return self.spawn(
+            name,
+            [
+                str(BIN / "perf-agent"),
+                "runner",
+                "--server",
+                self.url,
+                "--token",
+                self.token,
+                "--poll",
+                "0.5",
+            ],
+        )
 
     def login(self) -> None:
         page = self.browser.open(self.url + "/login/").read().decode()
@@ -127,8 +175,9 @@ class Stack:
             match = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page)
             csrf = match.group(1) if match else self._cookie("csrftoken")
         data = urllib.parse.urlencode({**fields, "csrfmiddlewaretoken": csrf}).encode()
-        request = urllib.request.Request(self.url + path, data=data,
-                                         headers={"Referer": self.url + path})  # fmt: skip
+        request = urllib.request.Request(
+            self.url + path, data=data, headers={"Referer": self.url + path}
+        )
         with self.browser.open(request) as reply:
             return reply.geturl()
 
@@ -140,12 +189,26 @@ class Stack:
                     return str(cookie.value)
         return ""
 
-    def try_fix(self, run_id: str, *, finding_id: str = "", knob: str, rounds: int = 3,
-                steps: int = 15, max_rounds: int = 20, **extra: str) -> int:  # fmt: skip
+    def try_fix(
+        self,
+        run_id: str,
+        *,
+        finding_id: str = "",
+        knob: str,
+        rounds: int = 3,
+        steps: int = 15,
+        max_rounds: int = 20,
+        **extra: str,
+    ) -> int:
         """The "Try this fix" button (or the knob form, with `extra` fields such as
         agreement_top1) on the run's jobs page: the job id."""
-        fields = {"knob": knob, "rounds": str(rounds), "steps": str(steps),
-                  "max_rounds": str(max_rounds), **extra}  # fmt: skip
+        fields = {
+            "knob": knob,
+            "rounds": str(rounds),
+            "steps": str(steps),
+            "max_rounds": str(max_rounds),
+            **extra,
+        }
         if finding_id:
             fields["finding_id"] = finding_id
         landed = self.form(f"/runs/{run_id}/jobs/", fields)
@@ -157,7 +220,8 @@ class Stack:
         with self.browser.open(f"{self.url}/jobs/{job_id}.json") as reply:
             return json.loads(reply.read())
 
-    def wait_job(self, job_id: int, *, deadline_s: float = 300) -> dict[str, Any]:
+    def wait_job(self, job_id: int, *, deadline_s: float = 800) -> dict[str, Any]:
+        """The job's state once it has ended (`deadline_s` only guards against a hang)."""
         deadline = time.monotonic() + deadline_s
         while time.monotonic() < deadline:
             state = self.job_state(job_id)

@@ -16,10 +16,11 @@ from perfweb_agent.ab.engine import (
     AbCancelled,
     AbError,
     AbPlan,
+    Arm,
     read_step_durations,
     run_ab,
 )
-from perfweb_agent.ab.stats import STOP_DECIDED, STOP_ROUND_LIMIT, STOP_TIME_LIMIT
+from perfweb_contract.ab.results import STOP_DECIDED, STOP_ROUND_LIMIT, STOP_TIME_LIMIT
 from perfweb_contract.verdicts import INCONCLUSIVE
 
 FAKE = [sys.executable, str(Path(__file__).with_name("fake_attach.py"))]
@@ -43,7 +44,8 @@ def test_it_interleaves_rounds_and_measures_a_speedup() -> None:
     result = run_ab(_plan(FAKE_STEP_S="0.004", FAKE_SPEEDUP="2"), on_arm=arms.append, launcher=FAKE)
     assert [a.arm for a in arms] == [BASELINE, CANDIDATE, CANDIDATE, BASELINE, BASELINE, CANDIDATE]
     assert [a.round for a in arms] == [1, 1, 2, 2, 3, 3]
-    assert all(len(a.step_s) == 8 for a in arms)  # 10 steps run, 2 warm-up steps dropped
+    assert all(len(a.step_s) == 10 for a in arms)  # every step run, warm-up included
+    assert all(a.to_dict()["warmup_steps"] == 2 for a in arms)  # settled by the 2 minimum
     assert result.verdict == "faster" and 1.8 < result.speedup < 2.2 and result.ci_low > 1
     assert result.loss_parity.note == "loss not visible"
     assert result.stopped == STOP_DECIDED and result.rounds == 3
@@ -109,15 +111,24 @@ def test_it_reads_the_lowest_rank_in_step_order(tmp_path: Path) -> None:
     assert read_step_durations(str(tmp_path)) == [0.1, 0.2]
 
 
-SAME_OUTPUTS = {"top1_agreement": 1.0, "max_abs_diff": 0.0, "mean_abs_diff": 0.0,
-                "max_rel_diff": 0.0, "mismatched": 0}  # fmt: skip
+SAME_OUTPUTS = {
+    "top1_agreement": 1.0,
+    "max_abs_diff": 0.0,
+    "mean_abs_diff": 0.0,
+    "max_rel_diff": 0.0,
+    "mismatched": 0,
+}
 
 
 def _inference_plan(**env: str) -> AbPlan:
     return AbPlan(
-        command=["python", "serve.py"], knobs={"quantize": "dynamic"}, rounds=2, steps=8,
-        warmup=2, env={**os.environ, "FAKE_KIND": "inference", **env},
-    )  # fmt: skip
+        command=["python", "serve.py"],
+        knobs={"quantize": "dynamic"},
+        rounds=3,
+        steps=8,
+        warmup=2,
+        env={**os.environ, "FAKE_KIND": "inference", **env},
+    )
 
 
 def test_inference_arms_carry_batch_sizes_memory_kind_and_the_candidates_agreement() -> None:
@@ -125,11 +136,16 @@ def test_inference_arms_carry_batch_sizes_memory_kind_and_the_candidates_agreeme
     plan = _inference_plan(FAKE_STEP_S="0.004", FAKE_SPEEDUP="2", FAKE_MEMORY_MB="120")
     result = run_ab(plan, on_arm=arms.append, launcher=FAKE)
     assert [(a.round, a.arm) for a in arms] == [
-        (1, BASELINE), (1, CANDIDATE), (2, CANDIDATE), (2, BASELINE),
-    ]  # fmt: skip
+        (1, BASELINE),
+        (1, CANDIDATE),
+        (2, CANDIDATE),
+        (2, BASELINE),
+        (3, BASELINE),
+        (3, CANDIDATE),
+    ]
     for arm in arms:
         body = arm.to_dict()
-        assert body["kind"] == "inference" and body["batch_sizes"] == [8] * 8
+        assert body["kind"] == "inference" and body["batch_sizes"] == [8] * 10
         assert body["peak_rss_bytes"] > 120 * 2**20  # the arm's own tree, not a sample of it
         assert body["cuda_max_allocated_bytes"] is None
         assert "captured" not in body and "capture_note" not in body
@@ -140,7 +156,7 @@ def test_inference_arms_carry_batch_sizes_memory_kind_and_the_candidates_agreeme
         else:
             assert outputs == {**SAME_OUTPUTS, "samples": 10}
     assert result.kind == "inference" and result.verdict == "faster"
-    assert result.agreement.visible and result.agreement.samples == 20
+    assert result.agreement.visible and result.agreement.samples == 30
     assert result.candidate_metrics is not None and result.baseline_metrics is not None
     assert result.candidate_metrics.throughput_sps == pytest.approx(
         8 * result.candidate_metrics.throughput_rps
@@ -182,8 +198,12 @@ def test_an_inference_arm_without_outputs_says_the_agreement_was_not_measured(
 )
 def test_it_refuses_a_tolerance_that_means_nothing(top1: float, rtol: float, message: str) -> None:
     with pytest.raises(AbError, match=message):
-        AbPlan(command=["python", "x.py"], knobs={"threads": 2}, agreement_top1=top1,
-               agreement_rtol=rtol)  # fmt: skip
+        AbPlan(
+            command=["python", "x.py"],
+            knobs={"threads": 2},
+            agreement_top1=top1,
+            agreement_rtol=rtol,
+        )
 
 
 def test_both_arms_get_the_same_seed_and_only_the_candidate_the_knobs() -> None:
@@ -195,3 +215,19 @@ def test_both_arms_get_the_same_seed_and_only_the_candidate_the_knobs() -> None:
     assert base["PERF_AGENT_AB_SEED"] == cand["PERF_AGENT_AB_SEED"] == "0"
     assert base["PERF_AGENT_AB_OUTPUTS_FILE"] == "o" and "PERF_AGENT_KNOBS" not in base
     assert cand["PERF_AGENT_KNOBS"] == "quantize=dynamic"
+
+
+def test_perf_agent_ab_states_the_duration_and_the_smallest_effect_after_round_one() -> None:
+    from perfweb_agent.cli.ab import plan_sentence
+
+    plan = _plan(max_rounds=20)
+    steady = [Arm(round=1, arm=a, step_s=[0.01] * 10, wall_s=6.0, warmup=2) for a in "ab"]
+    noisy = [
+        Arm(round=1, arm=a, step_s=[0.01 * (1 + i % 4) for i in range(10)], wall_s=6.0, warmup=2)
+        for a in "ab"
+    ]
+    said = plan_sentence(plan, steady)
+    assert said.startswith("expected   about 36 s for 3 rounds (12 s a round), up to 4 min 00 s")
+    calm = float(said.split("resolve on this host: ")[1].split("%")[0])
+    loud = float(plan_sentence(plan, noisy).split("resolve on this host: ")[1].split("%")[0])
+    assert 2 <= calm < loud < 100

@@ -14,10 +14,31 @@ SERVING = [sys.executable, "examples/serving_linear_fp32.py", "--requests", "60"
 
 def _ab(*options: str, command: list[str]) -> subprocess.CompletedProcess:
     done = subprocess.run(
-        [sys.executable, "-m", "perfweb_agent.cli.main", "ab", "--rounds", "2", "--max-rounds", "4",
-         "--steps", "10", "--warmup", "3", "--quiet", *options, "--", *command],
-        cwd=REPO, capture_output=True, text=True, timeout=400,
-    )  # fmt: skip
+        # up to 6 rounds: the interval is valid at every look, so more rounds while it is too
+        # wide cost no error, and a busy host's one wild round does not end the job undecided
+        [
+            sys.executable,
+            "-m",
+            "perfweb_agent.cli.main",
+            "ab",
+            "--rounds",
+            "2",
+            "--max-rounds",
+            "6",
+            "--steps",
+            "10",
+            "--warmup",
+            "3",
+            "--quiet",
+            *options,
+            "--",
+            *command,
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
     assert done.returncode == 0, done.stderr
     return done
 
@@ -35,7 +56,7 @@ def test_quantize_dynamic_reports_both_arms_and_is_refused_for_changing_results(
         assert metrics["cuda_max_allocated_bytes"] is None  # no GPU here, and it says so
     assert result["ci_low"] > 1.0 and result["speed_verdict"] == "faster"
     agreement = result["agreement"]
-    assert 2 <= result["rounds"] <= 4  # more while the interval was too wide to decide
+    assert 2 <= result["rounds"] <= 6  # more while the interval was too wide to decide
     # 13 requests an arm (warm-up included) in every round
     assert agreement["visible"] and agreement["samples"] == result["rounds"] * 13
     assert agreement["max_abs_diff"] > 0 and agreement["top1_agreement"] is not None
@@ -43,34 +64,63 @@ def test_quantize_dynamic_reports_both_arms_and_is_refused_for_changing_results(
     assert agreement["max_rel_diff"] > 1e-2 and agreement["within_tolerance"] is False
     assert result["verdict"] == "faster but changes results"
     rows = {row["key"]: row for row in result["rows"]}
-    assert list(rows) == ["latency_p50_s", "latency_p99_s", "throughput_rps", "throughput_sps",
-                          "peak_rss_bytes", "top1_agreement", "max_rel_diff"]  # fmt: skip
+    assert list(rows) == [
+        "latency_p50_s",
+        "latency_p99_s",
+        "throughput_rps",
+        "throughput_sps",
+        "peak_rss_bytes",
+        "top1_agreement",
+        "max_rel_diff",
+    ]
     assert rows["latency_p50_s"]["better"] is True
     assert rows["max_rel_diff"]["better"] is False
 
 
 def test_a_looser_tolerance_accepts_the_same_fix_and_the_text_prints_the_table() -> None:
-    done = _ab("--knob", "quantize=dynamic", "--agreement-top1", "0.5", "--agreement-rtol",
-               "0.5", command=SERVING)  # fmt: skip
+    done = _ab(
+        "--knob",
+        "quantize=dynamic",
+        "--agreement-top1",
+        "0.5",
+        "--agreement-rtol",
+        "0.5",
+        command=SERVING,
+    )
     lines = done.stdout.splitlines()
     assert "verdict    faster" in lines, done.stdout
     rounds = int(lines[1].split(": ")[1].split()[0])
-    assert 2 <= rounds <= 4
-    assert lines[1] == f"workload   inference: {rounds} rounds x 10 requests per arm"
-    assert "over up to 3 looks; mean time per request)" in lines[2]  # 2 rounds, up to 4
+    assert 3 <= rounds <= 6  # 2 rounds never decide
+    kept = int(lines[1].split(" x ")[1].split()[0])  # fewer where an arm took longer to settle
+    assert lines[1] == f"workload   inference: {rounds} rounds x {kept} requests per arm"
+    assert 5 <= kept <= 10
+    assert "always valid, any number of rounds; median time per request)" in lines[2]
+    assert lines[5].startswith("warm-up    ") and "one-off cost of the fix" in lines[5]
     header = next(
         i for i, line in enumerate(lines) if line.split() == ["before", "after", "change"]
     )
     table = [line.split("  ")[0].strip() for line in lines[header + 1 :] if line.strip()]
-    assert table[:7] == ["latency p50", "latency p99", "throughput", "throughput",
-                         "peak memory (RSS)", "top-1 agreement", "max rel. diff"]  # fmt: skip
+    assert table[:7] == [
+        "latency p50",
+        "latency p99",
+        "throughput",
+        "throughput",
+        "peak memory (RSS)",
+        "top-1 agreement",
+        "max rel. diff",
+    ]
     assert any("within the 50% minimum" in line for line in lines)
     assert f"(outputs of the first {rounds * 13} requests compared" in lines[-1]
 
 
 def test_an_unseeded_script_sees_the_same_model_and_inputs_in_both_arms() -> None:
-    done = _ab("--knob", "inference_mode=true", "--format", "json",
-               command=[sys.executable, "tests/jobs/serve_unseeded.py"])  # fmt: skip
+    done = _ab(
+        "--knob",
+        "inference_mode=true",
+        "--format",
+        "json",
+        command=[sys.executable, "tests/jobs/serve_unseeded.py"],
+    )
     result = json.loads(done.stdout)
     agreement = result["agreement"]
     assert result["kind"] == "inference" and agreement["samples"] >= 26  # every call made

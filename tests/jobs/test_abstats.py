@@ -1,23 +1,33 @@
-"""Medians, speedup, the rounds' interval and the verdict of an A/B measurement."""
+"""The round statistic, speed-up, always-valid interval, warm-up and verdict of an A/B
+measurement (perfweb_contract.ab), on seeded synthetic rounds."""
 
 from __future__ import annotations
 
+import json
 import math
 import random
 
 import pytest
 
-from perfweb_agent.ab.stats import (
+from perfweb_contract.ab.decision import (
+    MIN_EFFECT,
+    compare,
+    expected_round_sd,
+    paired_round,
+    resolvable_effect,
+    settle,
+    stop_of,
+    verdict_of,
+)
+from perfweb_contract.ab.maths import t_quantile
+from perfweb_contract.ab.results import (
+    INFERENCE,
     STOP_DECIDED,
     STOP_ROUND_LIMIT,
     STOP_TIME_LIMIT,
+    Comparison,
     Round,
-    compare,
     loss_parity,
-    planned_looks,
-    stop_of,
-    t_quantile,
-    verdict_of,
 )
 from perfweb_contract.verdicts import FASTER, INCONCLUSIVE, NO_DIFFERENCE, SLOWER, VERDICT_LABELS
 
@@ -40,7 +50,9 @@ def test_a_clear_loss_is_slower() -> None:
 
 
 def test_identical_arms_are_no_measurable_difference() -> None:
-    result = compare(_rounds(0.10, 0.10, jitter=0.1))
+    # 10 rounds: an interval valid at every look needs more of them to claim "no difference"
+    # than one fixed look did (5)
+    result = compare(_rounds(0.10, 0.10, jitter=0.1, n=10))
     assert result.verdict == NO_DIFFERENCE
     assert result.ci_low <= 1.0 <= result.ci_high or abs(result.speedup - 1) < 0.02
 
@@ -137,14 +149,6 @@ def test_one_round_cannot_give_an_interval() -> None:
         compare(_rounds(0.2, 0.1, n=1))
 
 
-def test_every_planned_look_widens_the_interval_and_a_long_job_pays_for_its_looks() -> None:
-    rounds = _rounds(0.11, 0.10, jitter=0.05, n=5)
-    once, many = compare(rounds), compare(rounds, looks=planned_looks(5, 20))
-    assert planned_looks(5, 20) == 16 and planned_looks(5, 5) == 1
-    assert once.speedup == many.speedup and many.looks == 16
-    assert many.ci_low < once.ci_low < once.speedup < once.ci_high < many.ci_high
-
-
 def test_rounds_that_agree_by_chance_are_held_to_their_steps_noise() -> None:
     steps = [0.05, 0.15] * 10  # steps spread +-50%, but every round's mean is the same
     rounds = [Round(baseline=list(steps), candidate=[x / 1.1 for x in steps]) for _ in range(3)]
@@ -155,7 +159,7 @@ def test_rounds_that_agree_by_chance_are_held_to_their_steps_noise() -> None:
 
 def test_two_wildly_different_rounds_give_a_finite_interval_that_decides_nothing() -> None:
     rounds = [Round(baseline=[1.0] * 5, candidate=[1e-3] * 5), Round([1e-3] * 5, [1.0] * 5)]
-    result = compare(rounds, looks=planned_looks(2, 20))
+    result = compare(rounds)
     assert 0.0 < result.ci_low < 1.0 < result.ci_high < math.inf
     assert result.verdict == INCONCLUSIVE
 
@@ -173,7 +177,7 @@ def _job(rng: random.Random, effect: float, *, drift: float, jitter: float, lo: 
     while True:
         rounds.append(Round(baseline=arm(0.012), candidate=arm(0.012 / effect)))
         if len(rounds) >= lo:
-            verdict = compare(rounds, looks=planned_looks(lo, hi)).verdict
+            verdict = compare(rounds).verdict
             if verdict != INCONCLUSIVE or len(rounds) == hi:
                 return verdict
 
@@ -191,3 +195,108 @@ def test_a_real_gain_of_fifteen_percent_is_still_verified_on_the_same_host() -> 
     verdicts = [_job(rng, 1.15, drift=0.03, jitter=0.3, lo=4, hi=8) for _ in range(200)]
     assert verdicts.count(FASTER) / len(verdicts) >= 0.8
     assert SLOWER not in verdicts
+
+
+def _busy_arm(rng: random.Random, mean: float, *, steps: int = 10, preempted: float = 0.15):
+    """Steps of one arm on a 2-core host shared with two busy processes: a share of the
+    steps is preempted and waits 2-10 ms more (a time slice of a neighbour; the CI run's int8
+    p99 was 13x its p50), the rest spread by 10%."""
+    return [
+        mean * rng.uniform(0.9, 1.1) + (rng.uniform(2e-3, 10e-3) if rng.random() < preempted else 0)
+        for _ in range(steps)
+    ]
+
+
+def test_a_six_fold_gain_among_preemption_outliers_is_decided_within_four_rounds() -> None:
+    # The CI failure: int8 p50 4.81 ms -> 730 us, "3.64x (0.57x - 23x), inconclusive" by the
+    # mean of each round, which followed the preempted requests.
+    decided = 0
+    for seed in range(20):
+        rng = random.Random(seed)
+        rounds = [
+            Round(_busy_arm(rng, 4.8e-3), _busy_arm(rng, 0.73e-3), kind=INFERENCE) for _ in range(4)
+        ]
+        decided += any(compare(rounds[:n]).verdict == FASTER for n in (2, 3, 4))
+        assert compare(rounds).verdict != SLOWER
+    assert decided >= 18, decided
+
+
+def test_a_knob_three_times_slower_in_three_of_three_rounds_is_decided() -> None:
+    for seed in range(10):
+        rng = random.Random(100 + seed)
+        rounds = [
+            Round(_busy_arm(rng, 0.01, steps=20), _busy_arm(rng, 0.03, steps=20)) for _ in range(3)
+        ]
+        result = compare(rounds)
+        assert result.verdict == SLOWER, (seed, result.speedup, result.ci_low, result.ci_high)
+        assert 0.25 < result.speedup < 0.4 and result.ci_high < 1.0
+
+
+def test_looking_after_every_round_keeps_a_no_op_knob_within_the_five_percent() -> None:
+    # Always valid: a job that looks from round 2 to 20 and stops at its first decision.
+    rng = random.Random(11)
+    verdicts = [_job(rng, 1.0, drift=0.05, jitter=0.3, lo=2, hi=20) for _ in range(300)]
+    assert (verdicts.count(FASTER) + verdicts.count(SLOWER)) / len(verdicts) <= 0.05
+
+
+def test_the_always_valid_interval_covers_the_true_effect_at_every_look() -> None:
+    rng = random.Random(12)
+    missed = 0
+    for _ in range(300):
+        rounds = []
+        for _look in range(12):
+            level = math.exp(rng.gauss(0.0, 0.1))  # the host drifts between rounds
+            noise = math.exp(rng.gauss(0.0, 0.1))
+            rounds.append(Round([0.02 * level] * 5, [0.01 * level * noise] * 5))
+            if len(rounds) >= 2:
+                result = compare(rounds)
+                if not result.ci_low <= 2.0 <= result.ci_high:
+                    missed += 1
+                    break
+    assert missed / 300 <= 0.05, missed
+
+
+def test_each_arm_leaves_out_its_warm_up_until_the_step_time_settles() -> None:
+    compiled = [2.0, 0.9, 0.4, 0.11, 0.1, 0.1, 0.105, 0.1, 0.098, 0.1, 0.1, 0.1]
+    start, cost = settle(compiled, minimum=1)
+    assert start == 3 and cost == pytest.approx(2.0 + 0.9 + 0.4 - 3 * 0.1, rel=0.01)
+    assert settle([0.1] * 12, minimum=2) == (2, pytest.approx(0.0))  # the minimum stands
+    assert settle([5.0] * 11 + [0.1], minimum=0)[0] <= 6  # never more than half
+    round_ = paired_round(
+        baseline_step_s=[0.1] * 12,
+        candidate_step_s=compiled,
+        warmup=1,
+        baseline_loss=[1.0] * 12,
+        candidate_loss=[1.0] * 12,
+    )
+    assert len(round_.baseline) == 11 and len(round_.candidate) == 9
+    assert len(round_.baseline_loss) == len(round_.candidate_loss) == 9  # the same window
+    result = compare([round_, round_])
+    assert result.warmup_cost_s == pytest.approx(2.0 + 0.9 + 0.4 - 3 * 0.1, rel=0.01)
+
+
+def test_the_smallest_resolvable_effect_shrinks_with_rounds_and_grows_with_noise() -> None:
+    quiet = resolvable_effect(round_sd=0.03, rounds=20)
+    assert MIN_EFFECT <= quiet < 0.1
+    assert resolvable_effect(round_sd=0.03, rounds=5) > quiet
+    assert resolvable_effect(round_sd=0.3, rounds=20) > 5 * quiet
+    assert resolvable_effect(round_sd=0.03, rounds=2) == 1.0  # 2 rounds cannot decide
+    steps = [0.01 * (1 + 0.1 * (i % 3)) for i in range(40)]
+    assert 0.03 < expected_round_sd(step_s=steps, steps=20) < 0.06
+
+
+def test_a_stored_result_parses_back_into_the_same_comparison() -> None:
+    result = compare(_rounds(0.2, 0.1))
+    again = Comparison.from_dict(json.loads(json.dumps(result.to_dict())))
+    assert again == result
+    old = {
+        "verdict": FASTER,
+        "speedup": 2.0,
+        "ci_low": 1.5,
+        "ci_high": 3.0,
+        "looks": 16,
+        "loss_parity": {"visible": False, "note": "loss not visible"},
+    }
+    parsed = Comparison.from_dict(old)  # a result stored before this version
+    assert parsed.speedup == 2.0 and parsed.loss_parity.note == "loss not visible"
+    assert parsed.agreement.visible is False and math.isnan(parsed.baseline_step_s)

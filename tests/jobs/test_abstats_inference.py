@@ -1,5 +1,5 @@
 """The inference side of an A/B's statistics: arm metrics, output agreement, the results check
-and the before/after table (agent/ab/stats.py, shared by `perf-agent ab` and the job page)."""
+and the before/after table (perfweb_contract.ab, shared by `perf-agent ab` and the job page)."""
 
 from __future__ import annotations
 
@@ -8,21 +8,20 @@ import random
 
 import pytest
 
-from perfweb_agent.ab.stats import (
+from perfweb_contract.ab.decision import compare, paired_round, round_from_arms
+from perfweb_contract.ab.presentation import before_after_rows
+from perfweb_contract.ab.results import (
     INFERENCE,
     TRAINING,
     UNKNOWN_KIND,
+    Comparison,
     LossParity,
     OutputAgreement,
     Round,
     arm_metrics,
-    before_after_rows,
     combined_kind,
-    compare,
     final_verdict,
     output_agreement,
-    paired_round,
-    round_from_arms,
 )
 from perfweb_contract.verdicts import (
     CHANGES_RESULTS,
@@ -33,12 +32,27 @@ from perfweb_contract.verdicts import (
     VERDICTS,
 )
 
-SAME = {"samples": 20, "top1_agreement": 1.0, "max_abs_diff": 0.0, "mean_abs_diff": 0.0,
-        "max_rel_diff": 0.0}  # fmt: skip
-CLOSE = {"samples": 20, "top1_agreement": 1.0, "max_abs_diff": 1e-4, "mean_abs_diff": 2e-5,
-         "max_rel_diff": 1e-3}  # fmt: skip
-LOSSY = {"samples": 20, "top1_agreement": 0.9, "max_abs_diff": 0.4, "mean_abs_diff": 0.1,
-         "max_rel_diff": 0.08}  # fmt: skip
+SAME = {
+    "samples": 20,
+    "top1_agreement": 1.0,
+    "max_abs_diff": 0.0,
+    "mean_abs_diff": 0.0,
+    "max_rel_diff": 0.0,
+}
+CLOSE = {
+    "samples": 20,
+    "top1_agreement": 1.0,
+    "max_abs_diff": 1e-4,
+    "mean_abs_diff": 2e-5,
+    "max_rel_diff": 1e-3,
+}
+LOSSY = {
+    "samples": 20,
+    "top1_agreement": 0.9,
+    "max_abs_diff": 0.4,
+    "mean_abs_diff": 0.1,
+    "max_rel_diff": 0.08,
+}
 
 
 def _inference_rounds(outputs: dict | None, *, n: int = 4, speedup: float = 2.0) -> list[Round]:
@@ -57,7 +71,7 @@ def _inference_rounds(outputs: dict | None, *, n: int = 4, speedup: float = 2.0)
                 baseline_peak_rss_bytes=300 << 20,
                 candidate_peak_rss_bytes=280 << 20,
                 outputs=outputs,
-            )  # fmt: skip
+            )
         )
     return rounds
 
@@ -122,9 +136,10 @@ def test_a_faster_candidate_that_changes_results_is_never_faster() -> None:
     assert final_verdict(FASTER, no_loss, unseen) == FASTER
     loss_moved = LossParity(visible=True, within_tolerance=False)
     assert final_verdict(FASTER, loss_moved, unseen) == CHANGES_RESULTS
-    assert final_verdict(FASTER, {"visible": True, "within_tolerance": False}, None) == (
-        CHANGES_RESULTS
-    )  # the stored dict form too
+    stored = Comparison.from_dict(
+        {"verdict": FASTER, "loss_parity": {"visible": True, "within_tolerance": False}}
+    )
+    assert final_verdict(FASTER, stored.loss_parity, None) == CHANGES_RESULTS  # parsed once
     assert final_verdict(SLOWER, loss_moved, changed) == SLOWER
     assert final_verdict(INCONCLUSIVE, no_loss, changed) == INCONCLUSIVE
     assert CHANGES_RESULTS in VERDICTS and VERDICT_LABELS[CHANGES_RESULTS] == CHANGES_RESULTS
@@ -155,10 +170,15 @@ def test_compare_turns_a_lossy_faster_candidate_into_changes_results() -> None:
 
 def test_a_training_comparison_is_judged_by_its_loss_not_outputs() -> None:
     rounds = [
-        Round(baseline=[0.2] * 10, candidate=[0.1] * 10, baseline_loss=[1.0] * 10,
-              candidate_loss=[1.5] * 10, kind=TRAINING)
+        Round(
+            baseline=[0.2] * 10,
+            candidate=[0.1] * 10,
+            baseline_loss=[1.0] * 10,
+            candidate_loss=[1.5] * 10,
+            kind=TRAINING,
+        )
         for _ in range(3)
-    ]  # fmt: skip
+    ]
     result = compare(rounds)
     assert result.kind == TRAINING and result.verdict == CHANGES_RESULTS
     assert not result.agreement.visible and "training" in result.agreement.note
@@ -172,14 +192,27 @@ def test_the_kind_is_the_one_the_arms_agree_on() -> None:
 
 
 def test_a_round_pairs_the_arms_as_the_runner_posts_them() -> None:
-    base = {"step_s": [0.01] * 5, "loss": [], "kind": "inference", "batch_sizes": [8] * 5,
-            "peak_rss_bytes": 123, "cuda_max_allocated_bytes": None, "outputs": None}  # fmt: skip
+    base = {
+        "step_s": [0.01] * 5,
+        "loss": [],
+        "kind": "inference",
+        "batch_sizes": [8] * 5,
+        "peak_rss_bytes": 123,
+        "cuda_max_allocated_bytes": None,
+        "outputs": None,
+    }
     cand = {**base, "step_s": [0.005] * 5, "peak_rss_bytes": 100, "outputs": CLOSE}
     paired = round_from_arms(base, cand, warmup=2)
     assert paired.kind == INFERENCE and paired.outputs == CLOSE
-    assert paired.candidate_peak_rss_bytes == 100 and paired.baseline_batch_sizes == [8] * 5
+    assert paired.candidate_peak_rss_bytes == 100
+    assert paired.baseline_batch_sizes == [8] * 3  # the 2 warm-up steps left out
     older = round_from_arms({"step_s": [0.1] * 3}, {"step_s": [0.1] * 3, "loss": [None]})
     assert older.kind == UNKNOWN_KIND and older.outputs is None
+
+
+def _stored(comparison: Comparison) -> Comparison:
+    """A comparison as the server reads it: stored as JSON, parsed back once."""
+    return Comparison.from_dict(json.loads(json.dumps(comparison.to_dict())))
 
 
 def _by_key(rows: list[dict]) -> dict[str, dict]:
@@ -187,10 +220,17 @@ def _by_key(rows: list[dict]) -> dict[str, dict]:
 
 
 def test_the_inference_table_has_latency_throughput_memory_and_agreement() -> None:
-    rows = before_after_rows(compare(_inference_rounds(CLOSE)).to_dict())
+    rows = before_after_rows(_stored(compare(_inference_rounds(CLOSE))))
     keys = [row["key"] for row in rows]
-    assert keys == ["latency_p50_s", "latency_p99_s", "throughput_rps", "throughput_sps",
-                    "peak_rss_bytes", "top1_agreement", "max_rel_diff"]  # fmt: skip
+    assert keys == [
+        "latency_p50_s",
+        "latency_p99_s",
+        "throughput_rps",
+        "throughput_sps",
+        "peak_rss_bytes",
+        "top1_agreement",
+        "max_rel_diff",
+    ]
     table = _by_key(rows)
     p50 = table["latency_p50_s"]
     assert p50["before"].endswith(" ms") and p50["change"].startswith("-5")
@@ -207,23 +247,29 @@ def test_the_inference_table_has_latency_throughput_memory_and_agreement() -> No
 
 
 def test_the_inference_table_says_when_results_changed_or_were_not_seen() -> None:
-    lossy = _by_key(before_after_rows(compare(_inference_rounds(LOSSY)).to_dict()))
+    lossy = _by_key(before_after_rows(_stored(compare(_inference_rounds(LOSSY)))))
     assert lossy["top1_agreement"]["better"] is False
     assert lossy["top1_agreement"]["change"] == "below the 99% minimum"
     assert lossy["max_rel_diff"]["change"] == "above the 1e-02 tolerance"
-    unseen = _by_key(before_after_rows(compare(_inference_rounds(None)).to_dict()))
+    unseen = _by_key(before_after_rows(_stored(compare(_inference_rounds(None)))))
     assert unseen["agreement"]["after"] == "not measured" and unseen["agreement"]["better"] is None
     assert unseen["agreement"]["change"] == "outputs not captured: no module call seen"
 
 
 def test_the_training_table_has_step_time_throughput_memory_and_loss() -> None:
     rounds = [
-        Round(baseline=[0.2] * 10, candidate=[0.1] * 10, baseline_loss=[1.0] * 10,
-              candidate_loss=[1.01] * 10, kind=TRAINING, baseline_peak_rss_bytes=2 << 30,
-              candidate_peak_rss_bytes=2 << 30)
+        Round(
+            baseline=[0.2] * 10,
+            candidate=[0.1] * 10,
+            baseline_loss=[1.0] * 10,
+            candidate_loss=[1.01] * 10,
+            kind=TRAINING,
+            baseline_peak_rss_bytes=2 << 30,
+            candidate_peak_rss_bytes=2 << 30,
+        )
         for _ in range(3)
-    ]  # fmt: skip
-    table = _by_key(before_after_rows(compare(rounds).to_dict()))
+    ]
+    table = _by_key(before_after_rows(_stored(compare(rounds))))
     assert list(table) == ["step_time_mean_s", "throughput_steps_per_s", "peak_rss_bytes", "loss"]
     assert table["step_time_mean_s"]["before"] == "200 ms"
     assert table["step_time_mean_s"]["change"] == "-50.0%"
@@ -235,7 +281,7 @@ def test_the_training_table_has_step_time_throughput_memory_and_loss() -> None:
 
 def test_an_older_result_without_metrics_still_gives_a_table() -> None:
     older = {"baseline_step_s": 0.2, "candidate_step_s": 0.1, "loss_parity": {"visible": False}}
-    table = _by_key(before_after_rows(older))
+    table = _by_key(before_after_rows(Comparison.from_dict(older)))
     assert table["peak_rss_bytes"]["before"] == "not measured"
     assert table["peak_rss_bytes"]["better"] is None
     assert table["loss"]["after"] == "not visible"

@@ -13,12 +13,14 @@ import pytest
 from django.test import Client
 
 from perfweb.alerts.why import as_payload
-from perfweb.diagnostics.models import Finding
+from perfweb.diagnostics.gains import measured_gains_for_run, verified_gains_for_run
+from perfweb.diagnostics.models import Finding, FixVerification
 from perfweb.diagnostics.selectors import finding_for_run
 from perfweb.diagnostics.tasks import diagnose_run_task
+from perfweb.diagnostics.verification import verified_finding_id
 from perfweb.jobs import services
-from perfweb.jobs.models import FixVerification, Job, JobArm
-from perfweb.jobs.selectors import measured_gains_for_run, verified_gains_for_run
+from perfweb.jobs.models import Job, JobArm
+from perfweb.jobs.schemas import JobSizes
 from perfweb.runs.models import Run
 from perfweb_contract.verdicts import CHANGES_RESULTS
 from tests.diagnostics.conftest import stream_steps
@@ -30,8 +32,13 @@ FORGED = {
     "speedup": 3.0, "ci_low": 2.9, "ci_high": 3.1, "verdict": "faster", "measured_gain": 0.67,
     "agreement": {"visible": True, "within_tolerance": True, "top1_agreement": 1.0},
 }  # fmt: skip
-AGREE = {"samples": 32, "top1_agreement": 1.0, "max_abs_diff": 2e-6, "mean_abs_diff": 3e-7,
-         "max_rel_diff": 1e-5}  # fmt: skip
+AGREE = {
+    "samples": 32,
+    "top1_agreement": 1.0,
+    "max_abs_diff": 2e-6,
+    "mean_abs_diff": 3e-7,
+    "max_rel_diff": 1e-5,
+}
 
 
 def _steps(mean: float, n: int = 8) -> list[float]:
@@ -46,15 +53,25 @@ def _arm(
 ) -> dict[str, Any]:  # fmt: skip
     step_s = _steps(mean)
     return {
-        "round": number, "arm": which, "step_s": step_s, "loss": None, "kind": kind,
-        "batch_sizes": [batch] * len(step_s), "peak_rss_bytes": rss_mib * MIB,
-        "cuda_max_allocated_bytes": None, "outputs": outputs,
-    }  # fmt: skip
+        "round": number,
+        "arm": which,
+        "step_s": step_s,
+        "loss": None,
+        "kind": kind,
+        "batch_sizes": [batch] * len(step_s),
+        "peak_rss_bytes": rss_mib * MIB,
+        "cuda_max_allocated_bytes": None,
+        "outputs": outputs,
+    }
 
 
 def _post(client: Client, path: str, body: dict, token: str) -> Any:
-    return client.post(path, json.dumps(body), content_type="application/json",
-                       HTTP_AUTHORIZATION=f"Bearer {token}")  # fmt: skip
+    return client.post(
+        path,
+        json.dumps(body),
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {token}",
+    )
 
 
 def _claim(client: Client, token: str, host: str) -> dict:
@@ -63,16 +80,30 @@ def _claim(client: Client, token: str, host: str) -> dict:
     return reply.json()["job"]
 
 
-def _run_job(client: Client, token: str, host: str, *, outputs_by_round: list[dict | None],
-             base_s: float = 0.02, cand_s: float = 0.01, kind: str = "inference",
-             loss: tuple[list[float], list[float]] | None = None) -> dict:  # fmt: skip
+def _run_job(
+    client: Client,
+    token: str,
+    host: str,
+    *,
+    outputs_by_round: list[dict | None],
+    base_s: float = 0.02,
+    cand_s: float = 0.01,
+    kind: str = "inference",
+    loss: tuple[list[float], list[float]] | None = None,
+) -> dict:
     """Claim the queued job, post its rounds as the runner does, then a forged result."""
     claimed = _claim(client, token, host)
     base, claim = f"/api/v1/jobs/{claimed['id']}", claimed["claim_token"]
     for number, outputs in enumerate(outputs_by_round, start=1):
         for which, mean in (("baseline", base_s), ("candidate", cand_s)):
-            arm = _arm(number, which, mean, outputs=outputs if which == "candidate" else None,
-                       kind=kind, rss_mib=400 if which == "baseline" else 150)  # fmt: skip
+            arm = _arm(
+                number,
+                which,
+                mean,
+                outputs=outputs if which == "candidate" else None,
+                kind=kind,
+                rss_mib=400 if which == "baseline" else 150,
+            )
             if loss is not None:
                 arm["loss"] = loss[0] if which == "baseline" else loss[1]
             reply = _post(client, f"{base}/progress", {"claim_token": claim, "arm": arm}, token)
@@ -89,8 +120,13 @@ def _browser(user: Any) -> Client:
 
 
 def _quantize_job(owner: Any, run: Any, **tolerance: float) -> Job:
-    return services.job_create(user=owner, run=run, knobs={"quantize": "dynamic"},
-                               finding_id="model.quantization", **tolerance)  # fmt: skip
+    return services.job_create(
+        user=owner,
+        run=run,
+        knobs={"quantize": "dynamic"},
+        finding_id="model.quantization",
+        sizes=JobSizes(**tolerance),
+    )
 
 
 def test_inference_arms_are_stored_and_their_metrics_recomputed(
@@ -122,8 +158,15 @@ def test_inference_arms_are_stored_and_their_metrics_recomputed(
 
     state = _browser(owner).get(f"/jobs/{job.id}.json").json()
     rows = {row["key"]: row for row in state["before_after"]}
-    assert list(rows) == ["latency_p50_s", "latency_p99_s", "throughput_rps", "throughput_sps",
-                          "peak_rss_bytes", "top1_agreement", "max_rel_diff"]  # fmt: skip
+    assert list(rows) == [
+        "latency_p50_s",
+        "latency_p99_s",
+        "throughput_rps",
+        "throughput_sps",
+        "peak_rss_bytes",
+        "top1_agreement",
+        "max_rel_diff",
+    ]
     assert rows["latency_p50_s"]["change"].startswith("-50.") and rows["latency_p50_s"]["better"]
     assert rows["peak_rss_bytes"]["before"] == "400.0 MiB"
     assert rows["peak_rss_bytes"]["after_value"] == 150 * MIB
@@ -139,8 +182,9 @@ def test_a_forged_faster_result_outside_the_agreement_tolerance_changes_results(
     client = Client()
     lossy = {**AGREE, "top1_agreement": 0.95, "max_rel_diff": 0.2}  # one round: the worst
     with django_capture_on_commit_callbacks(execute=True):
-        claimed = _run_job(client, token, run.host,
-                           outputs_by_round=[AGREE, AGREE, lossy, AGREE, AGREE])  # fmt: skip
+        claimed = _run_job(
+            client, token, run.host, outputs_by_round=[AGREE, AGREE, lossy, AGREE, AGREE]
+        )
     job = Job.objects.get(id=claimed["id"])
     assert job.verdict == CHANGES_RESULTS and job.verdict_label == "faster but changes results"
     assert job.speedup == pytest.approx(2.0) and job.ci_low > 1.0  # faster it is...
@@ -163,6 +207,47 @@ def test_a_forged_faster_result_outside_the_agreement_tolerance_changes_results(
     assert rows["top1_agreement"]["change"] == "below the 99% minimum"
     page = _browser(owner).get(f"/jobs/{job.id}/").content.decode()
     assert 'data-testid="before-after"' in page and "below the 99% minimum" in page
+
+
+def test_a_faster_inference_result_without_outputs_is_not_verified(
+    owner: Any, run: Any, token: str, django_capture_on_commit_callbacks: Any
+) -> None:
+    """The probe's forgery: candidate arms posted without `outputs` skipped the tolerance
+    check and ended verified. And an inference run's arms called training, with losses
+    instead of outputs, are judged by the run's own kind."""
+    client = Client()
+    _quantize_job(owner, run)
+    with django_capture_on_commit_callbacks(execute=True):
+        claimed = _run_job(client, token, run.host, outputs_by_round=[None] * 5)
+    job = Job.objects.get(id=claimed["id"])
+    assert job.verdict == "faster" and job.result["agreement"]["visible"] is False
+    verification = FixVerification.objects.get(run=run, finding_id="model.quantization")
+    assert verification.status == "inconclusive"
+    assert verification.reason == (
+        "faster, not verified: the outputs were not compared"
+        " (outputs not captured: no module call seen)"
+    )
+    assert verified_gains_for_run(run=run) == {}
+    state = _browser(owner).get(f"/jobs/{job.id}.json").json()
+    assert state["results_check"].endswith(
+        "Not verified: the outputs were not compared (outputs not captured: no module call seen)."
+    )
+
+    Run.objects.filter(id=run.id).update(facts={"workload.kind": "inference"})
+    _quantize_job(owner, run)
+    with django_capture_on_commit_callbacks(execute=True):
+        _run_job(
+            client,
+            token,
+            run.host,
+            outputs_by_round=[None] * 5,
+            kind="training",
+            loss=([0.5] * 8, [0.5] * 8),
+        )
+    verification.refresh_from_db()
+    assert verification.status == "inconclusive" and "outputs were not compared" in (
+        verification.reason
+    )
 
 
 def test_the_jobs_own_tolerance_decides(
@@ -195,8 +280,14 @@ def test_a_faster_training_fix_whose_loss_moved_changes_results(
     client = Client()
     base_loss, cand_loss = [2.0] * 11, [2.5] * 11  # 3 warm-up steps + the 8 kept
     with django_capture_on_commit_callbacks(execute=True):
-        claimed = _run_job(client, token, run.host, outputs_by_round=[None] * 5,
-                           kind="training", loss=(base_loss, cand_loss))  # fmt: skip
+        claimed = _run_job(
+            client,
+            token,
+            run.host,
+            outputs_by_round=[None] * 5,
+            kind="training",
+            loss=(base_loss, cand_loss),
+        )
     job = Job.objects.get(id=claimed["id"])
     assert job.verdict == CHANGES_RESULTS and job.result["kind"] == "training"
     assert FixVerification.objects.get(run=run).reason == (
@@ -204,8 +295,13 @@ def test_a_faster_training_fix_whose_loss_moved_changes_results(
     )
     state = _browser(owner).get(f"/jobs/{job.id}.json").json()
     keys = [row["key"] for row in state["before_after"]]
-    assert keys == ["step_time_mean_s", "throughput_steps_per_s", "throughput_sps",
-                    "peak_rss_bytes", "loss"]  # fmt: skip
+    assert keys == [
+        "step_time_mean_s",
+        "throughput_steps_per_s",
+        "throughput_sps",
+        "peak_rss_bytes",
+        "loss",
+    ]
     loss = state["before_after"][-1]
     assert (loss["before"], loss["after"], loss["better"]) == ("2", "2.5", False)
 
@@ -220,8 +316,10 @@ def test_the_inference_rounds_of_an_old_shaped_arm_still_compare(
     claimed = _claim(client, token, run.host)
     for number in range(1, 6):
         for which, mean in (("baseline", 0.02), ("candidate", 0.01)):
-            body = {"claim_token": claimed["claim_token"],
-                    "arm": {"round": number, "arm": which, "step_s": _steps(mean)}}  # fmt: skip
+            body = {
+                "claim_token": claimed["claim_token"],
+                "arm": {"round": number, "arm": which, "step_s": _steps(mean)},
+            }
             reply = _post(client, f"/api/v1/jobs/{claimed['id']}/progress", body, token)
             assert reply.status_code == 200, reply.content
     body = {"claim_token": claimed["claim_token"], "result": FORGED}
@@ -284,9 +382,14 @@ def test_the_form_sets_the_agreement_tolerance(owner: Any, run: Any, token: str)
     # the size fields carry the limits the server and the runner check (2 rounds at least)
     assert '<input name="rounds" type="number" min="2" max="20" value="5">' in page
     assert '<input name="max_rounds" type="number" min="2" max="20" value="20">' in page
-    reply = browser.post(f"/runs/{run.run_id}/jobs/", {
-        "knob": "quantize=dynamic", "agreement_top1": "0.95", "agreement_rtol": "5e-2",
-    })  # fmt: skip
+    reply = browser.post(
+        f"/runs/{run.run_id}/jobs/",
+        {
+            "knob": "quantize=dynamic",
+            "agreement_top1": "0.95",
+            "agreement_rtol": "5e-2",
+        },
+    )
     job = Job.objects.get()
     assert reply.status_code == 302 and reply["Location"] == f"/jobs/{job.id}/"
     assert (job.agreement_top1, job.agreement_rtol) == (0.95, 0.05)
@@ -310,16 +413,23 @@ def test_a_bad_tolerance_in_the_form_starts_no_job(
     owner: Any, run: Any, name: str, raw: str, error: str
 ) -> None:
     browser = _browser(owner)
-    reply = browser.post(f"/runs/{run.run_id}/jobs/", {"knob": "quantize=dynamic", name: raw},
-                         follow=True)  # fmt: skip
+    reply = browser.post(
+        f"/runs/{run.run_id}/jobs/", {"knob": "quantize=dynamic", name: raw}, follow=True
+    )
     assert error in reply.content.decode()
     assert not Job.objects.exists()
 
 
 def test_the_json_api_starts_a_job_with_its_tolerance(owner: Any, outsider: Any, run: Any) -> None:
     path = f"/runs/{run.run_id}/jobs.json"
-    body = {"knobs": {"quantize": "dynamic"}, "finding_id": "model.quantization",
-            "rounds": 4, "steps": 30, "agreement_top1": 0.98, "agreement_rtol": 0}  # fmt: skip
+    body = {
+        "knobs": {"quantize": "dynamic"},
+        "finding_id": "model.quantization",
+        "rounds": 4,
+        "steps": 30,
+        "agreement_top1": 0.98,
+        "agreement_rtol": 0,
+    }
     reply = _browser(owner).post(path, json.dumps(body), content_type="application/json")
     assert reply.status_code == 201, reply.content
     state = reply.json()
@@ -333,7 +443,11 @@ def test_the_json_api_starts_a_job_with_its_tolerance(owner: Any, outsider: Any,
         ({**body, "agreement_top1": True}, "agreement_top1 must be a number in 0..1"),
         ({**body, "agreement_top1": 1.01}, "agreement_top1 must be a number in 0..1"),
         ({**body, "rounds": "4"}, "rounds must be in 2..20"),
+        ({**body, "warmup": True}, "warmup must be in 0..100"),
+        ({**body, "max_rounds": 3}, "max_rounds must be in 4..20"),
+        ({**body, "finding_id": 7}, "finding_id must be a string of at most 200 characters"),
         ({**body, "knobs": {"command": "sh"}}, 'unknown knob "command"'),
+        ({**body, "knobs": {}}, "choose at least one knob"),
         (
             {**body, "knobs": {"threads": 2}},
             "finding model.quantization has no knob among ['threads']",
@@ -344,10 +458,11 @@ def test_the_json_api_starts_a_job_with_its_tolerance(owner: Any, outsider: Any,
         assert reply.status_code == 400 and error in reply.json()["error"], (bad, reply.json())
     reply = _browser(owner).post(path, "{", content_type="application/json")
     assert reply.status_code == 400 and "not valid JSON" in reply.json()["error"]
-    assert _browser(outsider).post(path, json.dumps(body),
-                                   content_type="application/json").status_code == 404  # fmt: skip
-    assert Client().post(path, json.dumps(body),
-                         content_type="application/json").status_code == 401  # fmt: skip
+    assert (
+        _browser(outsider).post(path, json.dumps(body), content_type="application/json").status_code
+        == 404
+    )
+    assert Client().post(path, json.dumps(body), content_type="application/json").status_code == 401
     assert Job.objects.count() == 1
 
 
@@ -399,15 +514,16 @@ def test_try_this_fix_works_for_inference_findings(
     browser = _browser(owner)
     page = browser.get(f"/runs/{run.run_id}/").content.decode()
     # The button beside the finding, as for a training finding: its finding and its knob.
-    button = (f'<input type="hidden" name="finding_id" value="{finding_id}">\n'
-              f'  <input type="hidden" name="knob" value="{knob_text}">')  # fmt: skip
+    button = (
+        f'<input type="hidden" name="finding_id" value="{finding_id}">\n'
+        f'  <input type="hidden" name="knob" value="{knob_text}">'
+    )
     assert button in page
-    reply = browser.post(f"/runs/{run.run_id}/jobs/",
-                         {"finding_id": finding_id, "knob": knob_text})  # fmt: skip
+    reply = browser.post(f"/runs/{run.run_id}/jobs/", {"finding_id": finding_id, "knob": knob_text})
     job = Job.objects.get()
     assert reply.status_code == 302 and reply["Location"] == f"/jobs/{job.id}/"
     assert job.knobs == knobs and job.finding_id == finding_id
-    assert services.job_finding_id(job=job) == finding_id
+    assert verified_finding_id(finding_id=job.finding_id, knobs=job.knobs) == finding_id
     assert browser.get(f"/jobs/{job.id}/").status_code == 200
 
 

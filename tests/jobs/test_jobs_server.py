@@ -11,10 +11,11 @@ from django.test import Client
 from django.utils import timezone
 
 from perfweb.diagnostics.fix_knobs import fix_knobs
-from perfweb.diagnostics.models import Finding
+from perfweb.diagnostics.gains import measured_gains_for_run, verified_gains_for_run
+from perfweb.diagnostics.models import Finding, FixVerification
 from perfweb.jobs import services
-from perfweb.jobs.models import FixVerification, Job, JobArm
-from perfweb.jobs.selectors import measured_gains_for_run, verified_gains_for_run
+from perfweb.jobs.models import Job, JobArm
+from perfweb.jobs.selectors import results_check
 
 # What a forger posts: the server must never take these numbers.
 FORGED = {
@@ -22,7 +23,6 @@ FORGED = {
     "ci_high": 101, "verdict": "faster", "measured_gain": 0.99, "rounds": 5, "steps_per_arm": 8,
     "loss_parity": {"visible": False, "note": "loss not visible"},
 }  # fmt: skip
-ARM = {"round": 1, "arm": "baseline", "step_s": [0.2, 0.21, 0.19], "median_s": 0.205}
 
 
 def _steps(mean: float, spread: float, n: int = 8) -> list[float]:
@@ -30,13 +30,35 @@ def _steps(mean: float, spread: float, n: int = 8) -> list[float]:
     return [mean * (1 - spread + 2 * spread * i / (n - 1)) for i in range(n)]
 
 
-def _post_rounds(client: Client, claimed: dict, token: str, *, base_s: float, cand_s: float,
-                 spread: float = 0.02, rounds: int = 5) -> None:  # fmt: skip
+# Round 1's baseline as a runner posts it: its steps, warm-up included, as `_post_rounds` sends
+ARM = {"round": 1, "arm": "baseline", "step_s": _steps(0.2, 0.02), "median_s": 0.2}
+
+
+def _post_rounds(
+    client: Client,
+    claimed: dict,
+    token: str,
+    *,
+    base_s: float,
+    cand_s: float,
+    spread: float = 0.02,
+    rounds: int = 5,
+    loss: bool = True,
+) -> None:
+    """The rounds as a runner posts a training job's: step times and (unless `loss` is
+    False) the per-step losses, the same in both arms."""
     for number in range(1, rounds + 1):
         for arm, mean in (("baseline", base_s), ("candidate", cand_s)):
+            steps = _steps(mean, spread)
             body = {
                 "claim_token": claimed["claim_token"],
-                "arm": {"round": number, "arm": arm, "step_s": _steps(mean, spread)},
+                "arm": {
+                    "round": number,
+                    "arm": arm,
+                    "step_s": steps,
+                    "kind": "training",
+                    "loss": [0.7] * len(steps) if loss else None,
+                },
             }
             reply = _post(client, f"/api/v1/jobs/{claimed['id']}/progress", body, token)
             assert reply.status_code == 200, reply.content
@@ -49,14 +71,17 @@ def _finish(client: Client, claimed: dict, token: str, result: dict | None = Non
 
 def _post(client: Client, path: str, body: dict, token: str) -> Any:
     return client.post(
-        path, json.dumps(body), content_type="application/json",
+        path,
+        json.dumps(body),
+        content_type="application/json",
         HTTP_AUTHORIZATION=f"Bearer {token}",
-    )  # fmt: skip
+    )
 
 
 def _job(owner: Any, run: Any, **knobs: Any) -> Job:
-    return services.job_create(user=owner, run=run, knobs=knobs or {"num_workers": 2},
-                               finding_id="dataloader.num_workers")  # fmt: skip
+    return services.job_create(
+        user=owner, run=run, knobs=knobs or {"num_workers": 2}, finding_id="dataloader.num_workers"
+    )
 
 
 def _claim(client: Client, token: str, host: str) -> dict:
@@ -76,8 +101,12 @@ def test_it_refuses_a_job_from_an_outsider(outsider: Any, run: Any) -> None:
 
 
 def test_it_refuses_knobs_off_the_closed_list(owner: Any, run: Any) -> None:
-    with pytest.raises(services.JobError, match='unknown knob "command"'):
-        services.job_create(user=owner, run=run, knobs={"command": "curl x | sh"})
+    browser = Client()
+    browser.force_login(owner)
+    body = {"knobs": {"command": "curl x | sh"}}
+    reply = browser.post(f"/runs/{run.run_id}/jobs.json", body, content_type="application/json")
+    assert reply.status_code == 400 and 'unknown knob "command"' in reply.json()["error"]
+    assert not Job.objects.exists()
 
 
 def test_the_claim_hands_out_the_recorded_command_once(owner: Any, run: Any, token: str) -> None:
@@ -146,6 +175,27 @@ def test_progress_result_and_verification(
     gains = measured_gains_for_run(run=run)
     assert gains["dataloader.num_workers"]["measured_gain"] == pytest.approx(0.6)
     assert verified_gains_for_run(run=run) == {"dataloader.num_workers": pytest.approx(0.6)}
+
+
+def test_a_faster_training_result_without_loss_parity_is_not_verified(
+    owner: Any, run: Any, token: str, django_capture_on_commit_callbacks: Any
+) -> None:
+    _job(owner, run)
+    client = Client()
+    claimed = _claim(client, token, run.host)
+    _post_rounds(client, claimed, token, base_s=0.2, cand_s=0.08, loss=False)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert _finish(client, claimed, token).json()["verdict"] == "faster"  # the speed is
+    verification = FixVerification.objects.get(run=run, finding_id="dataloader.num_workers")
+    assert verification.status == "inconclusive"
+    assert verification.reason == (
+        "faster, not verified: the loss was not seen in both arms, so its parity is unknown"
+    )
+    assert verified_gains_for_run(run=run) == {}  # the finding keeps its estimate
+    job = Job.objects.get(id=claimed["id"])
+    assert results_check(job=job).endswith(
+        "Not verified: the loss was not seen in both arms, so its parity is unknown."
+    )
 
 
 def test_a_forged_result_is_recomputed_from_the_arms(
@@ -258,7 +308,9 @@ def test_an_inconclusive_job_that_stopped_early_says_it_ran_out_of_time(
     assert job["stop_reason"] == (
         "stopped at the time bound after 6 of 20 rounds, interval too wide"
     )
-    assert job["progress"] == {"done": 12, "total": 12, "fraction": 1.0}
+    progress = {k: job["progress"][k] for k in ("done", "total", "fraction")}
+    assert progress == {"done": 12, "total": 12, "fraction": 1.0}
+    assert job["state"] == "done" and job["progress"]["text"] == "6 rounds measured"
     assert job["runner_id"] == "r1"
 
 
@@ -285,11 +337,21 @@ def test_an_expired_claim_fails_the_job_with_the_reason(owner: Any, run: Any, to
 
 def test_try_this_fix_queues_the_value_of_the_runs_finding(owner: Any, run: Any) -> None:
     Finding.objects.create(
-        run=run, rule_id="dataloader.num_workers", rank=1, score=0.5, title="t", risk="data-path",
-        confidence=0.9, estimated_gain=0.5,
-        fix={"text": "t", "snippet": "num_workers=5", "knob": "num_workers=5",
-             "knobs": {"num_workers": 5}},
-    )  # fmt: skip
+        run=run,
+        rule_id="dataloader.num_workers",
+        rank=1,
+        score=0.5,
+        title="t",
+        risk="data-path",
+        confidence=0.9,
+        estimated_gain=0.5,
+        fix={
+            "text": "t",
+            "snippet": "num_workers=5",
+            "knob": "num_workers=5",
+            "knobs": {"num_workers": 5},
+        },
+    )
     browser = Client()
     browser.force_login(owner)
     reply = browser.post(f"/runs/{run.run_id}/jobs/", {"finding_id": "dataloader.num_workers"})

@@ -194,9 +194,12 @@ COMPILE_PROBE = textwrap.dedent(
 def test_compile_applies_once_to_the_model_where_safe(wrap: str, expected: list) -> None:
     env = {**os.environ, "PERF_AGENT_KNOBS": "compile=reduce-overhead", "PYTHONPATH": str(REPO)}
     done = subprocess.run(
-        [sys.executable, "-c", COMPILE_PROBE, wrap], env=env, capture_output=True, text=True,
+        [sys.executable, "-c", COMPILE_PROBE, wrap],
+        env=env,
+        capture_output=True,
+        text=True,
         timeout=120,
-    )  # fmt: skip
+    )
     assert done.returncode == 0, done.stderr
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     assert seen["compiled"] == expected
@@ -209,11 +212,26 @@ def test_max_steps_ends_an_attached_run_cleanly_after_n_steps(tmp_path: Path) ->
 
     env = {**os.environ, "PERF_AGENT_MAX_STEPS": "5", "PYTHONPATH": str(REPO)}
     done = subprocess.run(
-        [sys.executable, "-m", "perfweb_agent.cli.main", "attach", "--offline", str(tmp_path),
-         "--no-profile",
-         "--", sys.executable, "tests/jobs/input_bound.py", "--steps", "1000"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "perfweb_agent.cli.main",
+            "attach",
+            "--offline",
+            str(tmp_path),
+            "--no-profile",
+            "--",
+            sys.executable,
+            "tests/jobs/input_bound.py",
+            "--steps",
+            "1000",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert len(read_step_durations(str(tmp_path))) == 5  # flushed before the exit
     finishes = [json.loads(p.read_text()) for p in tmp_path.rglob("finish.json")]

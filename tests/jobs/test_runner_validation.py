@@ -27,16 +27,29 @@ def book(tmp_path: Path) -> str:
     path = str(tmp_path / "ledger.json")
     command = ["python", "train.py"]
     ledger.record_command(
-        server=SERVER, token=TOKEN, run_id="run-0001", command=command, cwd="/home/me/proj",
+        server=SERVER,
+        token=TOKEN,
+        run_id="run-0001",
+        command=command,
+        cwd="/home/me/proj",
         path=path,
-    )  # fmt: skip
+    )
     return path
 
 
 def _job(**changes: object) -> dict:
-    job = {"id": 7, "claim_token": "c", "run_id": "run-0001", "host": HOST,
-           "command": ["python", "train.py"], "cwd": "/home/me/proj",
-           "knobs": {"num_workers": 4}, "rounds": 3, "steps": 20, "warmup": 3}  # fmt: skip
+    job = {
+        "id": 7,
+        "claim_token": "c",
+        "run_id": "run-0001",
+        "host": HOST,
+        "command": ["python", "train.py"],
+        "cwd": "/home/me/proj",
+        "knobs": {"num_workers": 4},
+        "rounds": 3,
+        "steps": 20,
+        "warmup": 3,
+    }
     return {**job, **changes}
 
 
@@ -101,11 +114,19 @@ def test_the_runner_posts_each_arms_new_fields_and_judges_by_the_jobs_tolerance(
     path = str(tmp_path / "ledger.json")
     command = ["python", "serve.py"]
     ledger.record_command(
-        server=SERVER, token=TOKEN, run_id="run-0003", command=command, cwd=str(tmp_path),
+        server=SERVER,
+        token=TOKEN,
+        run_id="run-0003",
+        command=command,
+        cwd=str(tmp_path),
         path=path,
-    )  # fmt: skip
-    for name, value in {"FAKE_KIND": "inference", "FAKE_STEP_S": "0.004", "FAKE_SPEEDUP": "2",
-                        "FAKE_OUTPUT_SHIFT": "0.001"}.items():  # fmt: skip
+    )
+    for name, value in {
+        "FAKE_KIND": "inference",
+        "FAKE_STEP_S": "0.004",
+        "FAKE_SPEEDUP": "2",
+        "FAKE_OUTPUT_SHIFT": "0.001",
+    }.items():
         monkeypatch.setenv(name, value)
     fake = [sys.executable, str(REPO / "tests" / "jobs" / "fake_attach.py")]
     runner = Runner(SERVER, TOKEN, host=HOST, ledger_file=path, launcher=fake, out=io.StringIO())
@@ -116,15 +137,31 @@ def test_the_runner_posts_each_arms_new_fields_and_judges_by_the_jobs_tolerance(
         return Reply(200, {})
 
     runner.client.post = post  # type: ignore[method-assign]
-    job = _job(run_id="run-0003", command=command, cwd=str(tmp_path), rounds=2, steps=8,
-               warmup=2, knobs={"quantize": "dynamic"}, agreement_rtol=0.0)  # fmt: skip
+    # 3 rounds: an interval valid at every look cannot decide on 2
+    job = _job(
+        run_id="run-0003",
+        command=command,
+        cwd=str(tmp_path),
+        rounds=3,
+        steps=8,
+        warmup=2,
+        knobs={"quantize": "dynamic"},
+        agreement_rtol=0.0,
+    )
     runner.handle(job)
     arms = [body["arm"] for where, body in posts if where.endswith("/progress") and "arm" in body]
     assert [(a["round"], a["arm"]) for a in arms] == [
-        (1, "baseline"), (1, "candidate"), (2, "candidate"), (2, "baseline"),
-    ]  # fmt: skip
+        (1, "baseline"),
+        (1, "candidate"),
+        (2, "candidate"),
+        (2, "baseline"),
+        (3, "baseline"),
+        (3, "candidate"),
+    ]
     for arm in arms:
-        assert arm["kind"] == "inference" and arm["batch_sizes"] == [8] * 8
+        # per step, warm-up included (as the loss is): the server settles the warm-up again
+        assert arm["kind"] == "inference" and arm["batch_sizes"] == [8] * 10
+        assert len(arm["step_s"]) == 10 and arm["warmup_steps"] >= 2
         assert arm["peak_rss_bytes"] > 0 and arm["cuda_max_allocated_bytes"] is None
         assert {"step_s", "median_s", "mean_s", "loss", "loss_visible", "wall_s"} <= set(arm)
         assert (arm["outputs"] is None) == (arm["arm"] == "baseline")
@@ -165,12 +202,33 @@ def test_attach_records_the_command_and_refuses_a_bad_knob(
 
 def test_perf_agent_ab_prints_the_documented_json(tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "perfweb_agent.cli.main", "ab", "--knob", "num_workers=2",
-         "--rounds", "2",
-         "--steps", "8", "--warmup", "4", "--format", "json", "--quiet", "--",
-         sys.executable, "tests/jobs/input_bound.py"],
-        cwd=REPO, capture_output=True, text=True, timeout=240,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "perfweb_agent.cli.main",
+            "ab",
+            "--knob",
+            "num_workers=2",
+            "--rounds",
+            "2",
+            "--max-rounds",
+            "2",  # the JSON's fields, not the statistic
+            "--steps",
+            "8",
+            "--warmup",
+            "4",
+            "--format",
+            "json",
+            "--quiet",
+            "--",
+            sys.executable,
+            "tests/jobs/input_bound.py",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     for name in ("baseline_step_s", "candidate_step_s", "speedup", "ci_low", "ci_high", "verdict"):
@@ -190,7 +248,8 @@ def test_perf_agent_ab_prints_the_documented_json(tmp_path: Path) -> None:
 
 def test_perf_agent_ab_text_says_the_verdict_and_why_it_stopped() -> None:
     from perfweb_agent.ab.engine import AbPlan
-    from perfweb_agent.ab.stats import Round, compare
+    from perfweb_contract.ab.decision import compare
+    from perfweb_contract.ab.results import Round
 
     rounds = [Round(baseline=[0.1, 0.19, 0.01] * 3, candidate=[0.1, 0.01, 0.19] * 3)] * 3
     result = compare(rounds)

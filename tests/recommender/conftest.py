@@ -113,3 +113,19 @@ def _summary(**overrides: object) -> object:
 def make_summary():  # noqa: ANN201 - returns the factory
     """Factory for synthetic TraceSummary objects (a healthy GPU step by default)."""
     return _summary
+
+
+@pytest.fixture(scope="session")
+def recorded(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201 - returns the factory
+    """`recorded(name)`: tests.recommender.recorded_runs.SCRIPTS[name] attached offline once
+    per session (each later call gets the same recording)."""
+    from tests.recommender.recorded_runs import Recorded, record
+
+    runs: dict[str, Recorded] = {}
+
+    def get(name: str) -> Recorded:
+        if name not in runs:
+            runs[name] = record(name, tmp_path_factory.mktemp(name))
+        return runs[name]
+
+    return get

@@ -31,14 +31,21 @@ def write_agent(
     return root
 
 
-def attach_with_a_window(script: Path, offline: Path) -> subprocess.CompletedProcess[str]:
-    """`perf-agent attach --offline` of `script` by the agent of this checkout, with fast
-    ticks, one thread and a profiler window over the steps after the fifth."""
+def attach_with_a_window(
+    script: Path, offline: Path, *, args: list[str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`perf-agent attach --offline` of `script` (with `args`) by the agent of this checkout,
+    with fast ticks, one thread and a profiler window over the steps after the fifth."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PERF_AGENT_")}
-    env.update(PERF_AGENT_INTERVAL="0.2", PERF_AGENT_PROFILE_WARMUP_STEPS="5",
-               PERF_AGENT_PROFILE_STEPS="5", PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-    return attach(["--offline", str(offline), "--", sys.executable, str(script)], env,
-                  timeout=180)  # fmt: skip
+    env.update(
+        PERF_AGENT_INTERVAL="0.2",
+        PERF_AGENT_PROFILE_WARMUP_STEPS="5",
+        PERF_AGENT_PROFILE_STEPS="5",
+        PYTHONPATH=str(ROOT),
+        OMP_NUM_THREADS="1",
+    )
+    command = [sys.executable, str(script), *(args or [])]
+    return attach(["--offline", str(offline), "--", *command], env, timeout=180)
 
 
 def inference_batch(
@@ -66,7 +73,7 @@ def inference_batch(
                 "t": [ends[0], ends[-1]],
                 "v": [5.0e8, 7.5e8],
             },
-        ],  # fmt: skip
+        ],
         "steps": {
             "rank": 0,
             "index": list(range(len(ends))),

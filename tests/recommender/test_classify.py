@@ -66,8 +66,10 @@ NOT_DENSE = (
 def test_it_classifies_dense_math_by_precision_and_unit(name: str) -> None:
     dense, tensor, fp32 = DENSE[name]
     assert (is_dense_math_kernel(name), is_tensor_core_kernel(name), is_fp32_simt_kernel(name)) == (
-        dense, tensor, fp32,
-    )  # fmt: skip
+        dense,
+        tensor,
+        fp32,
+    )
 
 
 @pytest.mark.parametrize("name", NOT_DENSE)

@@ -27,9 +27,15 @@ def window(series_by_key: dict[tuple[str, str], Series], **extra: object) -> Win
 def stored(rule_id: str, title: str, gain: float) -> Finding:
     """A run's stored finding, as perfweb.diagnostics gives it back."""
     return Finding(
-        id=rule_id, title=title, risk="data-path", confidence=0.9, estimated_gain=gain,
-        gain_basis="measured", evidence=[], fix=Fix(text=""),
-    )  # fmt: skip
+        id=rule_id,
+        title=title,
+        risk="data-path",
+        confidence=0.9,
+        estimated_gain=gain,
+        gain_basis="measured",
+        evidence=[],
+        fix=Fix(text=""),
+    )
 
 
 def test_it_fires_low_utilization_when_the_gpus_average_below_the_threshold() -> None:
@@ -206,10 +212,11 @@ def test_it_fires_step_regression_on_a_regression_against_the_jobs_baseline_run(
         kind="step_regression",
         threshold=25,
         window=window(
-            {("rank:0", "step.duration"): series(0.5)}, baseline_steps=[0.5] * 50,
+            {("rank:0", "step.duration"): series(0.5)},
+            baseline_steps=[0.5] * 50,
             regression=regressed,
         ),
-    )  # fmt: skip
+    )
     assert verdict.holds is True
     assert verdict.summary.startswith("Regressed vs run 0000000001")
     assert verdict.numbers["vs_baseline_run"] is True
@@ -226,21 +233,29 @@ def test_it_keeps_step_regression_quiet_without_either_regression() -> None:
 
 def test_a_window_reads_as_the_rules_evidence_with_each_ranks_steps() -> None:
     evidence = window(
-        {("rank:1", "step.duration"): series(0.5), ("rank:1", "step.data_wait"): series(0.2),
-         ("gpu:0", "gpu.utilization"): series(10.0)}
-    ).evidence()  # fmt: skip
+        {
+            ("rank:1", "step.duration"): series(0.5),
+            ("rank:1", "step.data_wait"): series(0.2),
+            ("gpu:0", "gpu.utilization"): series(10.0),
+        }
+    ).evidence()
     assert {(s.device, s.name) for s in evidence.series} == {
-        ("rank:1", "step.duration"), ("rank:1", "step.data_wait"), ("gpu:0", "gpu.utilization"),
-    }  # fmt: skip
+        ("rank:1", "step.duration"),
+        ("rank:1", "step.data_wait"),
+        ("gpu:0", "gpu.utilization"),
+    }
     assert len(evidence.steps) == WINDOW_S + 1
     assert {(s.rank, s.duration_s, s.data_wait_s) for s in evidence.steps} == {(1, 0.5, 0.2)}
 
 
 def test_an_input_bound_window_is_caused_by_the_rules_own_num_workers_finding() -> None:
     waiting = window(
-        {("rank:0", "step.duration"): series(0.5), ("rank:0", "step.data_wait"): series(0.4),
-         ("gpu:0", "gpu.utilization"): series(10.0)}
-    )  # fmt: skip
+        {
+            ("rank:0", "step.duration"): series(0.5),
+            ("rank:0", "step.data_wait"): series(0.4),
+            ("gpu:0", "gpu.utilization"): series(10.0),
+        }
+    )
     verdict = evaluate(kind="low_utilization", threshold=30, window=waiting)
     cause = window_cause(kind="low_utilization", window=waiting, verdict=verdict)
     rule = REGISTRY["dataloader.num_workers"].func(waiting.evidence())
@@ -266,10 +281,13 @@ def test_a_busy_loop_is_caused_by_the_condition_itself_with_the_catalogues_fix()
 
 def test_a_system_condition_is_its_own_cause_and_quiet_when_it_does_not_hold() -> None:
     held = window(
-        {("gpu:0", "gpu.utilization"): series(0.0),
-         ("gpu:0", "gpu.memory_used"): series(40.0 * GIB),
-         ("rank:0", "step.duration"): series(0.5), ("rank:0", "step.data_wait"): series(0.4)}
-    )  # fmt: skip
+        {
+            ("gpu:0", "gpu.utilization"): series(0.0),
+            ("gpu:0", "gpu.memory_used"): series(40.0 * GIB),
+            ("rank:0", "step.duration"): series(0.5),
+            ("rank:0", "step.data_wait"): series(0.4),
+        }
+    )
     verdict = evaluate(kind="idle_memory_held", threshold=5, window=held)
     cause = window_cause(kind="idle_memory_held", window=held, verdict=verdict)
     assert cause is not None and cause.id == "gpu.idle_memory_held"  # not the input-bound rule

@@ -76,8 +76,9 @@ def test_the_cpu_fixes_shown_together_fit_one_core_budget(
     )
     shown_again = [f for f in again if f.id in CPU_RULES]
     assert _applied(shown_again, intra=new_intra, workers=new_workers) == (
-        new_intra, new_workers,
-    ), [f.fix.text for f in shown_again]  # fmt: skip
+        new_intra,
+        new_workers,
+    ), [f.fix.text for f in shown_again]
 
 
 def test_the_demo_host_gets_workers_and_threads_that_agree() -> None:

@@ -6,8 +6,14 @@ from perfweb_recommender.evidence import RunEvidence, Series, StepSample
 from perfweb_recommender.rules.inference import inference_dynamic_batching
 
 
-def _serving(*, batch: float, util: float | None = 15.0, cpu: float | None = None,
-             kind: str = "inference", requests: int = 40) -> RunEvidence:  # fmt: skip
+def _serving(
+    *,
+    batch: float,
+    util: float | None = 15.0,
+    cpu: float | None = None,
+    kind: str = "inference",
+    requests: int = 40,
+) -> RunEvidence:
     t = [1000.0 + 0.1 * i for i in range(requests)]
     series = [Series("rank:0", "step.batch_size", t, [batch] * requests)]
     if util is not None:
@@ -25,7 +31,7 @@ def test_it_fires_on_requests_of_one_sample_on_an_idle_gpu() -> None:
     assert found.risk == "model"
     numbers = {e.label: e.value for e in found.evidence}
     assert numbers["samples per request (median)"] == 1.0
-    assert numbers["requests"] == 40
+    assert numbers["requests read (the latest window)"] == 40
     assert numbers["GPU utilisation (median)"] == 0.15
     assert found.estimated_gain == (1 - 0.15) * 0.5
 

@@ -38,9 +38,14 @@ def test_it_refuses_a_knob_value_off_the_catalogue_when_the_rule_fires() -> None
     with pytest.raises(KnobError, match="unknown knob"):
         checked_fix("dataloader.num_workers", Fix("?", knobs={"command": "rm -rf /"}))
     made = finding(
-        "dataloader.num_workers", title="t", confidence=0.5, gain=0.1, basis="b",
-        evidence=[Evidence("x", 1, "workers", "facts")], fix=Fix("ok", knobs={"num_workers": 3}),
-    )  # fmt: skip
+        "dataloader.num_workers",
+        title="t",
+        confidence=0.5,
+        gain=0.1,
+        basis="b",
+        evidence=[Evidence("x", 1, "workers", "facts")],
+        fix=Fix("ok", knobs={"num_workers": 3}),
+    )
     assert made.fix.knobs == {"num_workers": 3} and made.fix.knob == "num_workers=3"
 
 

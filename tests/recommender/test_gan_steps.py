@@ -26,8 +26,10 @@ def _two_optimizer_window(path: Path, iterations: int) -> Path:
     events = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 990, "dur": 5, "args": {}}]
     for i in range(iterations):  # G's step ends iteration i-1's ... D's ends the boundary
         base = 1000.0 + 100 * i
-        events += [_x("Optimizer.step#Adam.step", base + 10, 10),
-                   _x("Optimizer.step#Adam.step", base + 80, 20)]  # fmt: skip
+        events += [
+            _x("Optimizer.step#Adam.step", base + 10, 10),
+            _x("Optimizer.step#Adam.step", base + 80, 20),
+        ]
     path.write_text(json.dumps({"traceEvents": events}))
     return path
 

@@ -6,8 +6,15 @@ from perfweb_recommender.evidence import RunEvidence, Series, StepSample
 from perfweb_recommender.rules.cpu import cpu_host_contention
 
 
-def _run(*, host_pct: float, job_pct: float, workers_pct: float | None = None,
-         threads: int = 8, cores: int = 16, samples: int = 30) -> RunEvidence:  # fmt: skip
+def _run(
+    *,
+    host_pct: float,
+    job_pct: float,
+    workers_pct: float | None = None,
+    threads: int = 8,
+    cores: int = 16,
+    samples: int = 30,
+) -> RunEvidence:
     t = [1000.0 + i for i in range(samples)]
     series = [
         Series("host", "host.cpu_percent", t, [host_pct] * samples),

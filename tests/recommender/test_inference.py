@@ -38,7 +38,7 @@ def test_it_computes_latency_percentiles_of_every_request() -> None:
 
 
 def test_the_window_name_the_agent_writes_is_the_one_readers_parse() -> None:
-    name = str(WindowName(rank=3, first=20, last=25))  # agent/runtime/profiler.py's name
+    name = str(WindowName(rank=3, first=20, last=25))  # as runtime/profiler.py names it
     assert name == "rank3-step20-25"
     for form in (name, f"/d/traces/{name}.pt.trace.json.gz", f"{name}.pt.trace.json.gz"):
         assert WindowName.parse(form) == WindowName(3, 20, 25)
@@ -91,8 +91,10 @@ def test_its_sliding_windows_follow_a_slowdown() -> None:
     assert windows.p50_s[0] == pytest.approx(0.01) and windows.p50_s[-1] == pytest.approx(0.04)
     assert windows.rps[0] == pytest.approx(100.0, rel=0.02)
     assert windows.rps[-1] == pytest.approx(25.0, rel=0.05)
-    assert all(p50 <= p95 <= p99 for p50, p95, p99 in
-               zip(windows.p50_s, windows.p95_s, windows.p99_s, strict=True))  # fmt: skip
+    assert all(
+        p50 <= p95 <= p99
+        for p50, p95, p99 in zip(windows.p50_s, windows.p95_s, windows.p99_s, strict=True)
+    )
     assert sum(windows.requests) > stats.requests  # half-overlapping windows
 
 
@@ -111,8 +113,11 @@ def test_several_ranks_serve_one_throughput() -> None:
 def _analyze(path: Path, *fmt: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "perfweb_recommender", "analyze", str(path), *fmt],
-        capture_output=True, text=True, cwd=ROOT, timeout=120,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
 
 
 def test_the_cli_reports_an_inference_run_in_json_and_text(tmp_path: Path) -> None:

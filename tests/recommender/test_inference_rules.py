@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from perfweb_recommender.evidence import RunEvidence, StepSample
-from perfweb_recommender.rules.inference import (
+from perfweb_recommender.rules.inference import is_inference
+from perfweb_recommender.rules.inference_model import (
     inference_autograd_enabled,
     inference_channels_last,
-    is_inference,
 )
 from perfweb_recommender.rules.model import model_quantization
 

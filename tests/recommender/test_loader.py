@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from perfweb_recommender.errors import InputError
-from perfweb_recommender.trace.loader import load_trace, load_traces
+from perfweb_recommender.trace.loader import load_trace, load_trace_in_memory, load_traces
 from perfweb_recommender.trace.model import KIND_KERNEL, KIND_MEMCPY
 
 EVENTS = [
@@ -143,3 +143,40 @@ def test_the_in_place_timestamp_cut_equals_a_plain_replace(monkeypatch: pytest.M
         data = bytearray(text)
         loader._replace_in_place(data, pairs)
         assert bytes(data) == expected
+
+
+@pytest.mark.parametrize("reader", [load_trace, load_trace_in_memory])
+def test_steps_from_optimizer_steps_start_at_the_first_cpu_event(
+    tmp_path: Path, reader: object
+) -> None:
+    # An agent window has no ProfilerStep markers: a step ends at each Optimizer.step, the
+    # first begins at the window's first CPU event. The columns' shift to the origin, done in
+    # place, once ran first, and the first step began 11,078 s before the trace.
+    t0 = 5_311_078_399_481.627
+    events = [
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": "aten::mm",
+            "ts": t0 + at,
+            "dur": 100,
+            "pid": 1,
+            "tid": 1,
+        }
+        for at in (0, 30_000, 60_000)
+    ] + [
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "Optimizer.step#SGD.step",
+            "ts": t0 + at,
+            "dur": 900,
+            "pid": 1,
+            "tid": 1,
+        }
+        for at in (20_000, 50_000)
+    ]
+    trace = reader(_write(tmp_path, {"traceEvents": events}))  # type: ignore[operator]
+    assert not trace.steps_from_profiler
+    assert [s.ts for s in trace.steps] == pytest.approx([0.0, 20_900.0])
+    assert [s.dur for s in trace.steps] == pytest.approx([20_900.0, 30_000.0])

@@ -101,10 +101,24 @@ def _attach_offline(tmp_path: Path, case: str) -> Path:
     env.update(PERF_AGENT_INTERVAL="0.2", PERF_AGENT_PROFILE="0", PYTHONPATH=str(REPO))
     env.update(OMP_NUM_THREADS="1", MASTER_ADDR="127.0.0.1")
     result = subprocess.run(
-        [sys.executable, "-m", "perfweb_agent.cli.main", "attach", "--offline", str(offline), "--",
-         sys.executable, str(script), case],
-        env=env, capture_output=True, text=True, timeout=180, cwd=REPO,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "perfweb_agent.cli.main",
+            "attach",
+            "--offline",
+            str(offline),
+            "--",
+            sys.executable,
+            str(script),
+            case,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=REPO,
+    )
     assert (result.returncode, result.stdout) == (0, "done\n"), result.stderr[-2000:]
     return offline
 

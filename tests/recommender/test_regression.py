@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from perfweb_recommender.analysis.regression import MIN_STEPS, median_ratio
-from perfweb_recommender.compare import difference_sentence, facts_diff, findings_diff
+from perfweb_recommender.compare import difference_sentence, facts_diff, findings_diff, speed_words
 from perfweb_recommender.rules.cross_run import regression_finding
 
 
@@ -143,8 +143,11 @@ def test_it_lists_the_facts_that_differ_and_the_findings_that_moved() -> None:
         {"key": "dataloader.0.num_workers", "a": 0, "b": 4},
     ]
     moved = findings_diff(["dataloader.num_workers", "cpu.threads"], ["cpu.threads", "x.y"])
-    assert moved == {"appeared": ["x.y"], "disappeared": ["dataloader.num_workers"],
-                     "both": ["cpu.threads"]}  # fmt: skip
+    assert moved == {
+        "appeared": ["x.y"],
+        "disappeared": ["dataloader.num_workers"],
+        "both": ["cpu.threads"],
+    }
 
 
 def test_it_builds_the_regression_finding_only_for_a_regression() -> None:
@@ -175,3 +178,17 @@ def test_it_quotes_no_share_when_the_profiled_steps_explain_more_than_the_differ
     )
     assert "% of the difference" not in sentence
     assert sentence.endswith("per step, the profiled windows differ most in `aten::mm` (+50 ms).")
+
+
+@pytest.mark.parametrize(
+    ("ratio", "words"),
+    [
+        (0.2, "5× faster (80% less time)"),
+        (0.5, "2× faster (50% less time)"),
+        (0.9, "1.1× faster (10% less time)"),
+        (1.23, "23% slower"),
+        (2.5, "2.5× slower (2.5× the time)"),
+    ],
+)
+def test_it_says_a_speed_up_as_a_speed_up(ratio: float, words: str) -> None:
+    assert speed_words(ratio) == words

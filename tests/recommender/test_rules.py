@@ -68,6 +68,20 @@ def _with(builder: Builder, **changes: object) -> Builder:
     return build
 
 
+def _phased(per_step: list[dict[str, float]]) -> dict[str, object]:
+    """`steps` and their `step.phase.<name>` series (the step anatomy) for `_with`."""
+    steps, columns = [], {}
+    for i, phases in enumerate(per_step):
+        steps.append(StepSample(0, i, 1000.0 + i, sum(phases.values()), phases.get("data", 0.0)))
+        for name, seconds in phases.items():
+            columns.setdefault(name, []).append(seconds)
+    series = [_series(f"step.phase.{name}", v, device="rank:0") for name, v in columns.items()]
+    return {"steps": steps, "series": series}
+
+
+PHASES = {"data": 0.01, "forward": 0.03, "backward": 0.04, "optimizer": 0.01, "other": 0.01}
+
+
 def _trace(**overrides: object) -> Builder:
     return lambda make: _with(_healthy, traces=[make(**overrides)])(make)
 
@@ -252,6 +266,75 @@ POSITIVE: dict[str, Builder] = {
         facts={**LARGE_QUANTISED_MODEL},  # _healthy's 30 steps run back to back
     ),
     "model.distillation": _with(_healthy, facts={**LARGE_QUANTISED_MODEL}),
+    "training.accumulation_discarded": _with(
+        _healthy,
+        facts={
+            "training.backward_per_step": 4.0,
+            "training.zero_grad_discards_per_step": 1.0,
+            "training.accumulation_checked_steps": 4,
+        },
+    ),
+    "distributed.no_sync": _with(
+        _trace(collectives={"AllReduce": {"count": 40, "us": 20_000.0, "exposed_us": 15_000.0}}),
+        facts={
+            "parallel.mode": "ddp",
+            "training.backward_per_step": 4.0,
+            "ddp.synced_backward_per_step": 4.0,
+        },
+    ),
+    "dataloader.io_wait": _with(
+        _healthy,
+        steps=_steps(wait=0.05),
+        facts={**_loader(num_workers=2), "host.usable_cores": 4, "host.cpu_count": 4},
+        series=[
+            _series("process.cpu_percent", [40.0] * 20, device="process"),
+            _series("process.cpu_percent", [10.0] * 20, device="workers"),  # 5% per worker
+            _series("process.count", [2.0] * 20, device="workers"),
+            _series("process.runnable", [0.0] * 15 + [1.0] * 5, device="workers"),
+            _series("host.cpu_percent", [20.0] * 20, device="host"),
+        ],
+    ),
+    "dataloader.cpu_bound": _with(
+        _healthy,
+        steps=_steps(wait=0.05),
+        facts={**_loader(num_workers=2), "host.usable_cores": 2, "host.cpu_count": 2},
+        series=[
+            _series("process.cpu_percent", [15.0] * 20, device="process"),
+            _series("process.cpu_percent", [180.0] * 20, device="workers"),
+            _series("process.count", [2.0] * 20, device="workers"),
+            _series("process.runnable", [2.0] * 20, device="workers"),
+            _series("host.cpu_percent", [98.0] * 20, device="host"),
+        ],
+    ),
+    "inference.kv_cache": _with(
+        _healthy,
+        facts={
+            "workload.kind": "inference",
+            "inference.growing_context_calls": 96,
+            "inference.context_length_mean": 40.0,
+            "inference.context_length_max": 63,
+            "inference.per_position_cost_s": 50e-6,  # 2 ms at 40 positions
+            "inference.call_cost_at_zero_s": 1e-3,
+        },
+    ),
+    "optimizer.foreach": _with(
+        _healthy,
+        **_phased([{**PHASES, "optimizer": 0.06}] * 30),
+        facts={
+            "optimizer.class": "Adam",
+            "optimizer.foreach": False,
+            "optimizer.param_tensors": 200,
+            "optimizer.median_param_numel": 512,
+        },
+    ),
+    "compute.low_mfu": _with(
+        _healthy,
+        facts={"flops.per_step": 1e12},  # 10 TFLOP/s at 0.1 s per step: 6% of an A100's TF32
+        devices=[{"key": "gpu:0", "kind": "gpu", "name": "NVIDIA A100-SXM4-80GB"}],
+    ),
+    "run.phase_drift": _with(
+        _healthy, **_phased([{**PHASES, "backward": 0.04 + 0.002 * i} for i in range(60)])
+    ),
 }
 
 
@@ -334,3 +417,121 @@ def test_host_device_sync_stays_quiet_on_a_cpu_only_trace(make_summary) -> None:
     assert sync_host_device(RunEvidence(traces=[cpu_only])) is None
     on_gpu = make_summary(sync_points=syncs)
     assert sync_host_device(RunEvidence(traces=[on_gpu])) is not None
+
+
+CPU_ATTENTION = {"patterns": 2.0, "us": 30_000.0, "share": 0.3}
+
+
+def test_attention_by_hand_shows_in_a_cpu_only_trace(make_summary) -> None:  # noqa: ANN001
+    from perfweb_recommender.rules.attention import attention_fused
+
+    cpu_trace = make_summary(launch={"kernels": 0}, cpu_attention=CPU_ATTENTION)
+    found = attention_fused(RunEvidence(traces=[cpu_trace]))
+    assert found is not None and "CPU step time" in found.title
+    assert found.estimated_gain == pytest.approx(0.3 * (1 - 1 / 1.7), rel=1e-3)
+    assert "measured share" in found.gain_basis and "prior" in found.gain_basis
+
+
+def test_attention_on_the_cpu_needs_the_matmul_softmax_matmul_pattern(make_summary) -> None:  # noqa: ANN001
+    from perfweb_recommender.rules.attention import attention_fused
+
+    no_pattern = {**CPU_ATTENTION, "patterns": 0.0}  # bmm and a classifier's softmax, apart
+    cpu_trace = make_summary(launch={"kernels": 0}, cpu_attention=no_pattern)
+    assert attention_fused(RunEvidence(traces=[cpu_trace])) is None
+    fused = make_summary(
+        launch={"kernels": 0},
+        cpu_attention=CPU_ATTENTION,
+        markers={"aten::scaled_dot_product_attention": 4},
+    )
+    assert attention_fused(RunEvidence(traces=[fused])) is None
+
+
+def test_pin_memory_without_a_gpu_is_informational() -> None:
+    from perfweb_recommender.rules.dataloader import dataloader_pin_memory
+
+    cpu_run = {**_loader(pin_memory=True), "nvml.available": False, "cuda.initialized": False}
+    found = dataloader_pin_memory(RunEvidence(facts=cpu_run, steps=_steps()))
+    assert found is not None and found.estimated_gain == 0.0 and found.score == 0.0
+    assert found.fix.knobs == {} and "informational" in found.gain_basis
+    unpinned = {**cpu_run, **_loader(pin_memory=False)}
+    assert dataloader_pin_memory(RunEvidence(facts=unpinned, steps=_steps())) is None
+
+
+def test_a_precise_loader_cause_replaces_the_generic_workers_finding(make_summary) -> None:  # noqa: ANN001
+    found = [f.id for f in diagnose(POSITIVE["dataloader.io_wait"](make_summary))]
+    assert "dataloader.io_wait" in found and "dataloader.num_workers" not in found
+    found = [f.id for f in diagnose(POSITIVE["dataloader.cpu_bound"](make_summary))]
+    assert "dataloader.cpu_bound" in found and "dataloader.num_workers" not in found
+
+
+def test_io_wait_proposes_more_workers_than_cores(make_summary) -> None:  # noqa: ANN001
+    found = REGISTRY["dataloader.io_wait"].func(POSITIVE["dataloader.io_wait"](make_summary))
+    assert found is not None and int(found.fix.knobs["num_workers"]) > 4  # 4 usable cores
+
+
+def test_a_computing_loader_is_not_waiting_on_io(make_summary) -> None:  # noqa: ANN001
+    cpu_bound = POSITIVE["dataloader.cpu_bound"](make_summary)
+    assert REGISTRY["dataloader.io_wait"].func(cpu_bound) is None
+    io_wait = POSITIVE["dataloader.io_wait"](make_summary)
+    assert REGISTRY["dataloader.cpu_bound"].func(io_wait) is None
+
+
+def test_discarded_accumulation_is_critical(make_summary) -> None:  # noqa: ANN001
+    evidence = POSITIVE["training.accumulation_discarded"](make_summary)
+    found = diagnose(evidence)
+    assert found[0].id == "training.accumulation_discarded" and found[0].critical
+    one_backward = {"training.backward_per_step": 1.0}
+    assert (
+        REGISTRY["training.accumulation_discarded"].func(
+            _with(POSITIVE["training.accumulation_discarded"], facts=one_backward)(make_summary)
+        )
+        is None
+    )
+
+
+def test_no_sync_needs_more_than_one_all_reduce_per_step(make_summary) -> None:  # noqa: ANN001
+    found = REGISTRY["distributed.no_sync"].func(POSITIVE["distributed.no_sync"](make_summary))
+    assert found is not None and found.estimated_gain > 0 and "measured" in found.gain_basis
+    synced_once = _with(
+        POSITIVE["distributed.no_sync"], facts={"ddp.synced_backward_per_step": 1.0}
+    )
+    assert REGISTRY["distributed.no_sync"].func(synced_once(make_summary)) is None
+
+
+def test_kv_cache_gain_is_the_fitted_cost_of_one_position(make_summary) -> None:  # noqa: ANN001
+    found = REGISTRY["inference.kv_cache"].func(POSITIVE["inference.kv_cache"](make_summary))
+    assert found is not None
+    now, cached = 1e-3 + 50e-6 * 40, 1e-3 + 50e-6
+    assert found.estimated_gain == pytest.approx(1 - cached / now)
+    flat = _with(POSITIVE["inference.kv_cache"], facts={"inference.per_position_cost_s": 1e-7})
+    assert REGISTRY["inference.kv_cache"].func(flat(make_summary)) is None
+
+
+def test_on_a_busy_host_a_runnable_worker_is_starved_not_waiting_on_io(make_summary) -> None:  # noqa: ANN001
+    """A worker that gets 5% of a core on a saturated host but is runnable all along waits
+    for a core: the loader is CPU-bound, and more workers cannot help."""
+    starved = _with(
+        POSITIVE["dataloader.io_wait"],
+        series=[
+            _series("process.cpu_percent", [10.0] * 20, device="workers"),
+            _series("process.count", [2.0] * 20, device="workers"),
+            _series("process.runnable", [2.0] * 20, device="workers"),
+            _series("host.cpu_percent", [100.0] * 20, device="host"),
+        ],
+        steps=_steps(wait=0.08),
+    )(make_summary)
+    assert REGISTRY["dataloader.io_wait"].func(starved) is None
+    assert REGISTRY["dataloader.cpu_bound"].func(starved) is not None
+
+
+def test_without_state_samples_the_cpu_share_decides_on_a_quiet_host_only(make_summary) -> None:  # noqa: ANN001
+    def without_state(evidence: RunEvidence) -> RunEvidence:
+        evidence.series = [s for s in evidence.series if s.name != "process.runnable"]
+        return evidence
+
+    quiet = without_state(POSITIVE["dataloader.io_wait"](make_summary))
+    assert REGISTRY["dataloader.io_wait"].func(quiet) is not None
+    busy = without_state(POSITIVE["dataloader.io_wait"](make_summary))
+    busy.series = [s for s in busy.series if s.name != "host.cpu_percent"]
+    busy.series.append(_series("host.cpu_percent", [100.0] * 20, device="host"))
+    assert REGISTRY["dataloader.io_wait"].func(busy) is None

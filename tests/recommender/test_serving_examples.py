@@ -32,15 +32,29 @@ pytestmark = [
 
 def _attach_and_analyse(script: str, offline: Path, *args: str) -> dict[str, Any]:
     attached = subprocess.run(
-        ["perf-agent", "attach", "--offline", str(offline), "--", sys.executable,
-         str(EXAMPLES / script), *args],
-        capture_output=True, text=True, cwd=REPO, timeout=240,
-    )  # fmt: skip
+        [
+            "perf-agent",
+            "attach",
+            "--offline",
+            str(offline),
+            "--",
+            sys.executable,
+            str(EXAMPLES / script),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=240,
+    )
     assert attached.returncode == 0, attached.stderr[-2000:]
     analysed = subprocess.run(
         [sys.executable, "-m", "perfweb_recommender", "analyze", str(offline), "--format", "json"],
-        capture_output=True, text=True, cwd=REPO, timeout=120,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
     assert analysed.returncode == 0, analysed.stderr
     report: dict[str, Any] = json.loads(analysed.stdout)
     assert report["coverage"]["verdict"] == "observed"
@@ -87,7 +101,9 @@ def test_eager_fp32_linear_serving_is_told_to_quantise_with_the_accuracy_warning
     numbers = _evidence(found)
     share, source = numbers["traced time in nn.Linear"]
     assert share > 0.8 and source.startswith("trace")
-    assert numbers["time per nn.Linear call"][0] > 30
+    # on a busy host the label says the thread's run-queue wait was taken out of it
+    (per_call,) = [v for k, v in numbers.items() if k.startswith("time per nn.Linear call")]
+    assert per_call[0] > 30
     assert "Accuracy warning" in found["fix"]["text"]
     assert found["fix"]["knob"] == "quantize=dynamic"
 
@@ -97,7 +113,7 @@ def test_batch_of_one_serving_is_told_to_batch_with_the_trade_off(tmp_path: Path
     found = _first(report, "inference.dynamic_batching")
     numbers = _evidence(found)
     assert numbers["samples per request (median)"][0] == 1
-    assert numbers["requests"][0] == report["run"]["requests"]
+    assert numbers["requests read (the latest window)"][0] == report["run"]["requests"]
     assert numbers["time the loop spends serving"][0] >= 0.5
     assert numbers["traced time in nn.Linear"][1].startswith("trace")
     assert "per-call cost" in found["gain_basis"]
@@ -129,6 +145,9 @@ def test_the_healthy_server_is_observed_and_has_nothing_worth_ten_percent(
     assert report["run"]["latency_p50_s"] > 0 and report["run"]["throughput_rps"] > 0
     text = subprocess.run(
         [sys.executable, "-m", "perfweb_recommender", "analyze", str(tmp_path / "o")],
-        capture_output=True, text=True, cwd=REPO, timeout=120,
-    ).stdout  # fmt: skip
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    ).stdout
     assert "workload: inference" in text and "requests timed by the agent" in text

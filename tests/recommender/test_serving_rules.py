@@ -12,12 +12,12 @@ import pytest
 from perfweb_recommender.evidence import RunEvidence, Series, StepSample
 from perfweb_recommender.rules.base import rank_findings
 from perfweb_recommender.rules.cudnn import cudnn_benchmark
-from perfweb_recommender.rules.inference import (
+from perfweb_recommender.rules.inference import inference_dynamic_batching
+from perfweb_recommender.rules.inference_model import (
     AUTOGRAD_US_PER_OP,
     CHANNELS_LAST_RECOVERABLE,
     inference_autograd_enabled,
     inference_channels_last,
-    inference_dynamic_batching,
 )
 from perfweb_recommender.rules.launch import launch_overhead
 from perfweb_recommender.rules.model import model_distillation, model_pruning, model_quantization
@@ -27,17 +27,25 @@ WINDOW = "/run/agent/traces/rank0-step20-25.pt.trace.json.gz"  # 5 requests
 CUDA = {"cuda.initialized": True, "cuda.device_count": 1, "cuda.capability": "8.0"}
 
 
-def _requests(n: int = 40, latency_s: float = 0.0003, sizes: list[float] | None = None
-              ) -> tuple[list[StepSample], list[Series]]:  # fmt: skip
+def _requests(
+    n: int = 40, latency_s: float = 0.0003, sizes: list[float] | None = None
+) -> tuple[list[StepSample], list[Series]]:
     steps = [StepSample(0, i, 1000.0 + (i + 1) * latency_s, latency_s) for i in range(n)]
     batch = sizes or [1.0] * n
     return steps, [Series("rank:0", "step.batch_size", [s.t for s in steps], batch)]
 
 
 def _cpu_trace(make: Callable[..., Any], **times: float) -> Any:
-    module_time = {"span_us": 5_000.0, "top_level_ops": 135.0, "top_level_us": 4_000.0,
-                   "autograd_ops": 125.0, "linear_us": 0.0, "linear_calls": 0.0,
-                   "conv_us": 0.0, "conv_calls": 0.0}  # fmt: skip
+    module_time = {
+        "span_us": 5_000.0,
+        "top_level_ops": 135.0,
+        "top_level_us": 4_000.0,
+        "autograd_ops": 125.0,
+        "linear_us": 0.0,
+        "linear_calls": 0.0,
+        "conv_us": 0.0,
+        "conv_calls": 0.0,
+    }
     module_time.update(times)
     return make(source=WINDOW, launch={"kernels": 0}, module_time=module_time)
 
@@ -108,8 +116,10 @@ def test_batching_gain_is_fitted_when_requests_of_several_sizes_were_seen() -> N
     sizes = [1.0, 2.0] * 20
     steps = [StepSample(0, i, 1000.0 + i * 0.01, 0.001 + 0.0001 * s) for i, s in
              enumerate(sizes)]  # fmt: skip  # 1 ms per call + 0.1 ms per sample, back to back
-    steps = [StepSample(0, i, sum(x.duration_s for x in steps[: i + 1]) + 1000.0, s.duration_s)
-             for i, s in enumerate(steps)]  # fmt: skip
+    steps = [
+        StepSample(0, i, sum(x.duration_s for x in steps[: i + 1]) + 1000.0, s.duration_s)
+        for i, s in enumerate(steps)
+    ]
     evidence = _server()
     evidence.steps = steps
     evidence.series = [Series("rank:0", "step.batch_size", [s.t for s in steps], sizes)]
@@ -124,8 +134,15 @@ def test_batching_gain_is_fitted_when_requests_of_several_sizes_were_seen() -> N
 def test_batching_gain_is_read_from_the_trace_of_batch_of_one_requests(make_summary) -> None:  # noqa: ANN001
     evidence = _server()
     evidence.steps, evidence.series = _requests(latency_s=0.0001)
-    evidence.traces = [_cpu_trace(make_summary, top_level_ops=35.0, top_level_us=3_000.0,
-                                  linear_us=2_000.0, linear_calls=15.0)]  # fmt: skip
+    evidence.traces = [
+        _cpu_trace(
+            make_summary,
+            top_level_ops=35.0,
+            top_level_us=3_000.0,
+            linear_us=2_000.0,
+            linear_calls=15.0,
+        )
+    ]
     found = inference_dynamic_batching(evidence)
     assert found is not None and found.gain_basis.startswith("measured: per-call cost")
     fixed = (1 - 3_000 / 5_000) + 7 * 5e-6 / 0.0001  # Python between operators + dispatch
@@ -189,8 +206,11 @@ def test_small_gpu_requests_on_an_idle_gpu_are_told_to_use_cuda_graphs() -> None
 
 # -- pruning and distillation: suggestions, after the cheaper fixes -------------------------
 
-LARGE_INT8 = {"model.parameters": 6_000_000, "model.linear_param_share": 1.0,
-              "model.quantized": True}  # fmt: skip
+LARGE_INT8 = {
+    "model.parameters": 6_000_000,
+    "model.linear_param_share": 1.0,
+    "model.quantized": True,
+}
 
 
 def test_a_large_quantised_model_still_bound_by_its_layers_gets_both_suggestions(
@@ -223,8 +243,9 @@ def test_pruning_and_distillation_stay_quiet_until_the_cheaper_fixes_are_done(
 
 
 def test_model_suggestions_rank_after_data_path_and_operator_fixes_of_similar_size() -> None:
-    evidence = _server(**{**LARGE_INT8, "inference.grad_enabled": True,
-                          "model.conv_param_share": 0.6})  # fmt: skip
+    evidence = _server(
+        **{**LARGE_INT8, "inference.grad_enabled": True, "model.conv_param_share": 0.6}
+    )
     autograd = inference_autograd_enabled(evidence)
     channels_last = inference_channels_last(evidence)
     pruning, distillation = model_pruning(evidence), model_distillation(evidence)

@@ -61,9 +61,10 @@ def test_the_diagnosis_of_a_run_never_claims_more_idle_time_than_it_has(make_sum
     )
     steps = [StepSample(0, i, 1000.0 + i, 0.1, 0.045) for i in range(30)]
     evidence = RunEvidence(
-        facts={"cuda.initialized": True, "dataloader.0.num_workers": 0}, steps=steps,
+        facts={"cuda.initialized": True, "dataloader.0.num_workers": 0},
+        steps=steps,
         traces=[trace],  # type: ignore[list-item]
-    )  # fmt: skip
+    )
     findings = diagnose(evidence)
     idle_claims = [f for f in findings if f.id in ("dataloader.num_workers", "sync.host_device")]
     assert len(idle_claims) == 2

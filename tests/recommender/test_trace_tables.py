@@ -14,6 +14,7 @@ import pytest
 
 from perfweb_recommender.analysis.trace_diff import trace_diff
 from perfweb_recommender.analysis.trace_tables import trace_tables
+from perfweb_recommender.trace import stream
 from tests.recommender.conftest import peer_traces_dir
 
 PEER = peer_traces_dir()
@@ -117,3 +118,70 @@ def test_it_names_what_changed_between_control_and_test() -> None:
     assert largest["name"] == "aten::_local_scalar_dense"
     assert diff["counts"]["operators"]["added"] == 3
     assert all(r["share"] <= 1 for r in diff["operators"])
+
+
+def _ns_trace() -> Path:
+    assert PEER is not None
+    return next((PEER / "hta" / "ns_resolution_trace").glob("*.json.gz"))
+
+
+def test_nanosecond_timestamps_nest_exactly() -> None:
+    # Timestamps of ~3.7e12 µs with fractional nanoseconds: read as whole floats they
+    # round, and ops that end as the next begins looked nested in it (aten::empty, a leaf,
+    # lost 1.8 µs of its 12,265 µs). Streamed, the shared leading digits are cut first.
+    with gzip.open(_ns_trace()) as handle:
+        events = [e for e in json.load(handle)["traceEvents"] if e.get("ph") == "X"]
+    ops = [e for e in events if e.get("cat") == "cpu_op"]
+    rows = {row["name"]: row for row in trace_tables(_ns_trace(), top=10_000)["operators"]}
+    for leaf in ("aten::empty", "aten::as_strided"):
+        spent = [e["dur"] for e in ops if e["name"] == leaf]
+        assert rows[leaf]["calls"] == len(spent)
+        assert rows[leaf]["host_self_us"] == pytest.approx(sum(spent), abs=1e-3)
+        assert rows[leaf]["host_total_us"] == pytest.approx(sum(spent), abs=1e-3)
+
+
+def test_the_tables_do_not_depend_on_where_the_stream_cuts_its_batches(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    whole = trace_tables(_path("control"), top=10_000)
+    monkeypatch.setattr(stream, "CHUNK_BYTES", 8192)  # hundreds of batches, cut mid-step
+    assert trace_tables(_path("control"), top=10_000) == whole
+
+
+def test_malformed_events_are_skipped_and_the_rest_still_count(tmp_path: Path) -> None:
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": "outer", "ts": 0, "dur": 10, "pid": 1, "tid": 1},
+        {"ph": "X", "cat": "cpu_op", "name": "inner", "ts": 2, "dur": 3, "pid": 1, "tid": 1},
+        {"ph": "X", "cat": "cpu_op", "name": "odd", "ts": "soon", "dur": 1, "pid": 1, "tid": 1},
+        {"ph": "X", "cat": ["not", "a", "category"], "name": "x", "ts": 1, "dur": 1},
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "launch",
+            "ts": 3,
+            "dur": 1,
+            "pid": 1,
+            "tid": 1,
+            "args": {"correlation": 7},
+        },
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "k",
+            "ts": 20,
+            "dur": 4,
+            "pid": 0,
+            "tid": 7,
+            "args": {"correlation": 7},
+        },
+        {"ph": "X", "cat": "cpu_op", "name": 42, "ts": 30, "dur": 2, "pid": "p", "tid": [1]},
+    ]
+    path = tmp_path / "odd.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    tables = trace_tables(path)
+    rows = {row["name"]: row for row in tables["operators"]}
+    assert set(rows) == {"outer", "inner", "42"}
+    assert rows["outer"]["host_self_us"] == 7 and rows["outer"]["host_total_us"] == 10
+    assert rows["inner"]["device_self_us"] == 4 and rows["outer"]["device_total_us"] == 4
+    assert rows["outer"]["device_self_us"] == 0
+    assert tables["kernels"][0]["name"] == "k" and tables["kernel_us"] == 4

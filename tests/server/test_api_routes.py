@@ -11,10 +11,15 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver, resolve
 
 from perfweb.api import urls as api_urls
-from perfweb.api.endpoint import ERRORS, error_reply
-from perfweb.api.http import BadRequest
-from perfweb.jobs.services import JobError, NotAllowed
-from perfweb.runs.services import RunNotFound
+from perfweb.api.endpoint import error_reply
+from perfweb.diagnostics.quotas import QuotaExceeded
+from perfweb.diagnostics.services import TraceConflict, TraceTooLarge
+from perfweb.diagnostics.uploads import BadTrace
+from perfweb.fleet.selectors import BadQuery
+from perfweb.http.bodies import BadRequest
+from perfweb.jobs.services import JobError, NotAllowed, StaleClaim
+from perfweb.runs.fields import Invalid
+from perfweb.runs.services import LauncherConflict, RunNotFound
 from perfweb_contract import api
 
 SAMPLE = {"run_id": "run-00000001", "trace_id": 7, "job_id": 9}
@@ -70,10 +75,20 @@ def test_each_route_asks_for_credentials_and_refuses_another_method(name: str) -
     assert forged.status_code == 401
 
 
+# Each app's errors and the status it says (perfweb.errors.ClientError): the door maps them all.
+APP_ERRORS = [
+    (Invalid, 400), (BadTrace, 400), (JobError, 400), (BadQuery, 400), (NotAllowed, 403),
+    (RunNotFound, 404), (LauncherConflict, 409), (TraceConflict, 409), (StaleClaim, 409),
+    (TraceTooLarge, 413), (QuotaExceeded, 413),
+]  # fmt: skip
+
+
 def test_it_maps_each_error_of_the_apps_to_one_status_and_sentence() -> None:
-    for kind, status in ERRORS:
+    for kind, status in APP_ERRORS:
         reply = error_reply(kind("run-00000001" if kind is RunNotFound else "why it failed"))
         assert reply is not None and reply.status_code == status
+        if kind is not RunNotFound:
+            assert reply.content == b'{"error":"why it failed"}'
     unknown = error_reply(RunNotFound("r1"))
     assert unknown is not None
     assert unknown.content == b'{"error":"run r1 was not started in this project"}'

@@ -11,6 +11,11 @@ never a 5xx; a 4xx has one sentence; a rejected request leaves the database (eve
 the ingest tables) and the trace files exactly as they were (the one exception: a trace's
 last chunk whose joined file is wrong drops that upload's staged chunks, as documented).
 
+The top level of every POST body is fuzzed apart, on all ten POST endpoints (the agents'
+five, the runner's four and the dashboard's `POST /runs/<id>/jobs.json`): empty bodies,
+bare scalars, arrays, a real body inside an array, and a real body whose every field has
+the wrong type (issue 27).
+
 Derandomized, so that CI runs the same REQUESTS requests every time; it runs against SQLite
 here and against PostgreSQL through test_postgresql.py.
 """
@@ -50,13 +55,14 @@ REQUESTS = {
     "finish": 250,
     "trace": 400,
     "read": 450,
+    "top-level": 400,
 }
 sent: Counter[str] = Counter()
 
 AGENT_SCRIPT = """
 import sys, time
 sys.path.insert(0, sys.argv[2])
-from perfweb_agent.runtime.config import load_settings
+from perfweb_agent.core.config import load_settings
 from perfweb_agent.runtime.agent import Agent
 from tests.agent.nvml_fixtures import H100_LOAD, H100_MIG, RecordedNvml
 
@@ -100,13 +106,14 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Corpus:
     script.write_text(textwrap.dedent(AGENT_SCRIPT))
     subprocess.run(
         [sys.executable, str(script), str(folder / "out"), str(ROOT)],
-        check=True, timeout=60, capture_output=True, cwd=folder,
-    )  # fmt: skip
+        check=True,
+        timeout=60,
+        capture_output=True,
+        cwd=folder,
+    )
     (agent_dir,) = (folder / "out").glob("*/*")
     start = json.loads((agent_dir / "start.json").read_text())
-    plain = [
-        json.loads(gzip.decompress(p.read_bytes())) for p in sorted(agent_dir.glob("batch-*"))
-    ]
+    plain = [json.loads(gzip.decompress(p.read_bytes())) for p in sorted(agent_dir.glob("batch-*"))]
     packed = json.loads(json.dumps(plain))
     for body in packed:
         protocol.pack_batch_arrays(body)
@@ -118,7 +125,11 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Corpus:
         start=start,
         batches=plain + packed,
         finish=json.loads((agent_dir / "finish.json").read_text()),
-        heartbeat={**ids, "sent_at": start["started_at"] + 1},
+        heartbeat={
+            **ids,
+            "sent_at": start["started_at"] + 1,
+            "unsent": {"requests": 3, "exit_code": 7, "final": True},
+        },
         chunks=chunk_bodies(ids["run_id"], ids["agent_id"], "rank0-step1-2", trace, 16),
     )
 
@@ -145,16 +156,17 @@ HOSTILE_NUMBER = st.one_of(
     st.floats(allow_nan=True, allow_infinity=True),
     st.sampled_from([1e308, -1e308, 5e-324, 4102444800.0, 1e300]),
 )
-HOSTILE_PACKED = st.lists(
-    st.floats(allow_nan=True, allow_infinity=True), max_size=6
-).map(protocol.pack_floats)
+HOSTILE_PACKED = st.lists(st.floats(allow_nan=True, allow_infinity=True), max_size=6).map(
+    protocol.pack_floats
+)
 SCALARS = st.one_of(st.none(), st.booleans(), HOSTILE_NUMBER, HOSTILE_TEXT, HOSTILE_PACKED)
 HOSTILE = st.one_of(
     SCALARS,
     st.recursive(
         SCALARS,
-        lambda inner: st.lists(inner, max_size=4)
-        | st.dictionaries(HOSTILE_TEXT, inner, max_size=4),
+        lambda inner: (
+            st.lists(inner, max_size=4) | st.dictionaries(HOSTILE_TEXT, inner, max_size=4)
+        ),
         max_leaves=10,
     ),
     st.integers(min_value=5, max_value=600).map(nested),  # Python's json writes up to ~900
@@ -324,7 +336,10 @@ FUZZ = settings(
 )  # fmt: skip
 
 
-@pytest.mark.parametrize("endpoint", ["start", "batch", "heartbeat", "finish", "trace"])
+INGEST_ENDPOINTS = ["start", "batch", "heartbeat", "finish", "trace"]
+
+
+@pytest.mark.parametrize("endpoint", INGEST_ENDPOINTS)
 def test_no_mutation_of_a_real_agent_body_gets_a_5xx_or_stores_half(
     server: Server, corpus: Corpus, endpoint: str
 ) -> None:
@@ -345,8 +360,7 @@ READ_PATHS = [
     "/api/v1/runs?status={text}&limit={text}",
     "/api/v1/runs/{run}",
     "/api/v1/runs/{run}/findings",
-    "/api/v1/runs/{run}/series?name={name}&device={device}&start={text}&end={text}"
-    "&points={text}",
+    "/api/v1/runs/{run}/series?name={name}&device={device}&start={text}&end={text}&points={text}",
     "/api/v1/runs/{run}/series?name={name}&name={text}",
     "/api/v1/runs/{run}/timeline?start={text}&end={text}&points={text}",
     "/api/v1/runs/{run}/steps/bands?{text}={text}",
@@ -395,3 +409,89 @@ def test_no_read_of_hostile_urls_gets_a_5xx(server: Server, corpus: Corpus) -> N
 
     one_request()
     assert sent["read"] >= REQUESTS["read"]
+
+
+# --- the top level of a body: not an object, or an object of the wrong shape --------------
+TOP_LEVEL_RAW = [
+    b"", b" ", b"\n", b"null", b"true", b"false", b"0", b"1", b"-1", b"1.5", b"1e400",
+    b"NaN", b"Infinity", b'""', b'"x"', b'"\\u0000"', b'"\\ud800"', b"[]", b"{}", b"[{}]",
+    b"[[]]", b"[1, 2]", b'[null, {"a": 1}]', b'{"a": 1}', b"[" * 40 + b"]" * 40,
+]  # fmt: skip
+WRONG_TYPED = [None, True, 0, -1, 1.5, "", "x", [], [0], {}, {"a": 1}]
+
+
+@st.composite
+def top_level(draw: st.DrawFn, bodies: list[dict[str, Any]]) -> tuple[bytes, bool]:
+    """A body whose top level is wrong: bytes that are no object, a scalar, an array, a real
+    body in an array, or a real body with every field of another type; maybe gzipped."""
+    kind = draw(st.sampled_from(["raw", "scalar", "array", "wrapped", "retyped"]))
+    if kind == "raw":
+        raw = draw(st.sampled_from(TOP_LEVEL_RAW))
+    elif kind == "scalar":
+        raw = json.dumps(draw(SCALARS)).encode()
+    elif kind == "array":
+        raw = json.dumps(draw(st.lists(HOSTILE, max_size=4))).encode()
+    elif kind == "wrapped":
+        raw = json.dumps([draw(st.sampled_from(bodies))]).encode()
+    else:
+        body = dict(draw(st.sampled_from(bodies)))
+        for key, value in body.items():
+            others = [v for v in WRONG_TYPED if type(v) is not type(value)]
+            body[key] = draw(st.sampled_from(others))
+        raw = json.dumps(body).encode()
+    gzipped = draw(st.booleans())
+    return (gzip.compress(raw, compresslevel=1) if gzipped else raw), gzipped
+
+
+def _job_rows() -> list[tuple[Any, ...]]:
+    from perfweb.jobs.models import Job, JobArm
+
+    return [*Job.objects.values_list(), *JobArm.objects.values_list()]
+
+
+def test_no_top_level_shape_gets_a_5xx_on_any_post_endpoint(
+    server: Server, corpus: Corpus, owner: Any
+) -> None:
+    from perfweb.jobs.models import Job
+    from perfweb.runs.models import Run
+
+    run = Run.objects.get(run_id=corpus.start["run_id"])
+    job = Job.objects.create(project=run.project, run=run, host="h", knobs={"num_workers": 2})
+    member = Client()
+    member.force_login(owner)
+    jobs = f"/api/v1/jobs/{job.id}"
+    claim = {"claim_token": "x" * 43}
+    bodies = {
+        **{f"/api/v1/ingest/{name}": corpus.bodies(name) for name in INGEST_ENDPOINTS},
+        "/api/v1/jobs/claim": [{"host": "h", "runner_id": "r1"}],
+        f"{jobs}/progress": [{**claim, "arm": {"round": 1, "arm": "baseline", "step_s": [1.0]}}],
+        f"{jobs}/result": [{**claim, "result": {"verdict": "faster"}}],
+        f"{jobs}/fail": [{**claim, "reason": "broken"}],
+        f"/runs/{run.run_id}/jobs.json": [{"knob": "num_workers=2", "rounds": 5}],
+    }
+    sent["top-level"] = 0
+    statuses: Counter[int] = Counter()
+
+    @settings(FUZZ, max_examples=REQUESTS["top-level"])
+    @given(path=st.sampled_from(sorted(bodies)), data=st.data())
+    def one_request(path: str, data: st.DataObject) -> None:
+        raw, gzipped = data.draw(top_level(bodies[path]))
+        headers = {"HTTP_CONTENT_ENCODING": "gzip"} if gzipped else {}
+        if path.startswith("/api/"):
+            headers["HTTP_AUTHORIZATION"] = f"Bearer {server.token}"
+        client = server.client if path.startswith("/api/") else member
+        before = (server.state, _job_rows())
+        response = client.post(path, data=raw, content_type="application/json", **headers)
+        sent["top-level"] += 1
+        statuses[response.status_code] += 1
+        assert response.status_code < 500, (path, raw[:200], response.content[:500])
+        if response.status_code < 400:
+            server.state = stored_state(server.trace_dir)
+            return
+        error = response.json()["error"]
+        assert isinstance(error, str) and error and "\n" not in error
+        assert (stored_state(server.trace_dir), _job_rows()) == before, (path, error)
+
+    one_request()
+    assert sent["top-level"] >= REQUESTS["top-level"]
+    assert statuses[400] > 0.9 * sent["top-level"], statuses

@@ -122,8 +122,13 @@ def test_it_rejects_a_batch_with_a_nul_character_and_stores_nothing_of_it(
 
 
 def test_it_rejects_a_finish_whose_produced_counts_have_a_nul_key(started: Agent) -> None:
-    body = {"run_id": RUN_ID, "agent_id": AGENT_ID, "final": True, "exit_code": 0,
-            "produced": {f"samples{NUL}": 3}}  # fmt: skip
+    body = {
+        "run_id": RUN_ID,
+        "agent_id": AGENT_ID,
+        "final": True,
+        "exit_code": 0,
+        "produced": {f"samples{NUL}": 3},
+    }
     before = stored_state()
     assert_rejected(
         started.post("finish", body), 400, "produced.'samples\\x00' contains a NUL character"
@@ -136,8 +141,13 @@ def test_a_control_character_in_a_key_is_shown_escaped_in_the_one_line_error(
     started: Agent,
 ) -> None:
     # Found by the fuzz test on PostgreSQL: a key "\n" put a line break in the error.
-    body = {"run_id": RUN_ID, "agent_id": AGENT_ID, "final": True, "exit_code": 0,
-            "produced": {"steps": 30, "\n": False}}  # fmt: skip
+    body = {
+        "run_id": RUN_ID,
+        "agent_id": AGENT_ID,
+        "final": True,
+        "exit_code": 0,
+        "produced": {"steps": 30, "\n": False},
+    }
     before = stored_state()
     assert_rejected(started.post("finish", body), 400, "produced.'\\n' is not an integer")
     assert stored_state() == before
@@ -246,8 +256,10 @@ def test_a_second_launcher_start_answers_409_and_changes_nothing(
     assert stored_state() == before
     run = Run.objects.get()
     assert (run.command, run.cwd, run.host) == (
-        ["python", "train.py", "--epochs", "3"], "/home/me/project", "gpu-node-07",
-    )  # fmt: skip
+        ["python", "train.py", "--epochs", "3"],
+        "/home/me/project",
+        "gpu-node-07",
+    )
 
 
 def test_the_launchers_own_start_again_is_a_retry_answered_200(started: Agent) -> None:
@@ -335,9 +347,11 @@ def test_a_cookie_with_a_nul_character_is_a_400_before_the_session_is_read(
 def test_the_runner_api_refuses_a_nul_character_in_any_field(started: Agent, token: str) -> None:
     # Every JSON body is checked where it is parsed, so endpoints of other apps are too.
     response = started.client.post(
-        "/api/v1/jobs/claim", data=json.dumps({"host": "gpu-node-07\x00", "runner_id": "r1"}),
-        content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {token}",
-    )  # fmt: skip
+        "/api/v1/jobs/claim",
+        data=json.dumps({"host": "gpu-node-07\x00", "runner_id": "r1"}),
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {token}",
+    )
     assert_rejected(response, 400, "host contains a NUL character")
 
 
@@ -346,7 +360,9 @@ def test_the_runner_api_answers_404_for_a_job_id_past_any_column(
     started: Agent, token: str, path: str
 ) -> None:
     response = started.client.post(
-        f"/api/v1/jobs/{10**20}/{path}", data="{}", content_type="application/json",
+        f"/api/v1/jobs/{10**20}/{path}",
+        data="{}",
+        content_type="application/json",
         HTTP_AUTHORIZATION=f"Bearer {token}",
-    )  # fmt: skip
+    )
     assert_rejected(response, 404, "no such job in this project")

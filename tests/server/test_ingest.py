@@ -180,8 +180,13 @@ def test_it_counts_steps_of_one_process_not_of_all_ranks(started: Agent, token: 
 def test_it_registers_an_agent_whose_start_it_never_saw(started: Agent, token: str) -> None:
     other = Agent(token, agent_id="ffffffffffffffffffffffffffffffff")
     started.batch()
-    steps = {"rank": 1, "index": [0, 1, 2], "t": [T0] * 3, "duration": [1.0] * 3,
-             "data_wait": [0.0] * 3}  # fmt: skip
+    steps = {
+        "rank": 1,
+        "index": [0, 1, 2],
+        "t": [T0] * 3,
+        "duration": [1.0] * 3,
+        "data_wait": [0.0] * 3,
+    }
     assert other.batch(steps=steps, dropped=4).json()["duplicate"] is False
     process = RunProcess.objects.get(agent_id=other.agent_id)
     assert (process.role, process.step_count, process.dropped) == ("worker", 3, 4)
@@ -307,7 +312,7 @@ def test_it_stores_nothing_when_storing_fails_half_way(
     assert_nothing_stored()
 
 
-_GZIPPED = gzip.compress(b'{"run_id": "r", "agent_id": "a", "seq": 1}' * 50)
+_GZIPPED = gzip.compress(b'{"run_id": "r", "agent_id": "a", "seq": 1}' * 50, mtime=0)
 
 
 def _flipped(blob: bytes, at: int) -> bytes:

@@ -48,8 +48,13 @@ def post_rank(token: str, rank: int) -> list[int]:
         with turns():
             statuses = [agent.start(role="worker", rank=rank).status_code]
         for seq in range(BATCHES):
-            steps = {"rank": rank, "index": [seq], "t": [T0 + seq], "duration": [0.5],
-                     "data_wait": [0.1]}  # fmt: skip
+            steps = {
+                "rank": rank,
+                "index": [seq],
+                "t": [T0 + seq],
+                "duration": [0.5],
+                "data_wait": [0.1],
+            }
             facts = {f"rank{rank}.batches": seq + 1}  # merged into the run's under its lock
             for _ in range(2):
                 with turns():

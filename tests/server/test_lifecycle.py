@@ -6,6 +6,7 @@ Runs against SQLite here and against PostgreSQL through test_postgresql.py.
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.utils import timezone
@@ -117,3 +118,64 @@ def test_it_keeps_what_the_agent_says_it_produced(started: Agent) -> None:
     response = started.post("finish", body)
     assert response.status_code == 400
     assert response.json()["error"] == "produced.samples is less than 0"
+
+
+def say_finish_unsent(agent: Agent, **unsent: object) -> Any:
+    """The heartbeat an agent sends at exit when its finish stays in the spill directory."""
+    body = {
+        "run_id": agent.run_id,
+        "agent_id": agent.agent_id,
+        "sent_at": T0 + 3600,
+        "unsent": {"requests": 3, "exit_code": 7, "final": True, **unsent},
+    }
+    return agent.post("heartbeat", body)
+
+
+def test_it_waits_for_a_finish_its_agent_kept_on_the_host(started: Agent) -> None:
+    assert say_finish_unsent(started).status_code == 200
+    silence(10_000)
+    assert sweep_lost_runs_task() == 0
+    run = Run.objects.get()
+    assert run.status == "running" and run.exit_code is None
+    process = RunProcess.objects.get()
+    assert process.unsent_at is not None and process.exit_code == 7  # what its finish says
+    assert started.finish(exit_code=7).status_code == 200  # replayed from the spill, later
+    assert (Run.objects.get().status, Run.objects.get().exit_code) == ("failed", 7)
+
+
+def test_it_marks_lost_a_run_whose_kept_finish_never_came(started: Agent, settings: object) -> None:
+    settings.PERFWEB_UNSENT_WAIT = 3600  # type: ignore[attr-defined]
+    say_finish_unsent(started)
+    silence(10_000)
+    RunProcess.objects.update(unsent_at=timezone.now() - timedelta(seconds=3601))
+    assert sweep_lost_runs_task() == 1
+    assert Run.objects.get().status == "lost"
+    assert started.finish(exit_code=7).status_code == 200  # `perf-agent upload`, days later
+    assert (Run.objects.get().status, Run.objects.get().exit_code) == ("failed", 7)
+
+
+def test_a_finish_that_arrived_is_not_waited_for_again(started: Agent) -> None:
+    started.finish(exit_code=0, final=False)  # the in-flight finish got there after all
+    say_finish_unsent(started, final=False, exit_code=0)
+    silence(10_000)
+    assert sweep_lost_runs_task() == 1  # nothing more will come: the usual silence rule
+    assert RunProcess.objects.get().unsent_at is None
+
+
+@pytest.mark.parametrize(
+    ("unsent", "error"),
+    [
+        ([], "unsent is not an object"),
+        ({"exit_code": 7}, "unsent.requests is missing"),
+        ({"requests": 0}, "unsent.requests is less than 1"),
+        ({"requests": 2, "exit_code": 2**31}, "unsent.exit_code is not a 32-bit integer"),
+        ({"requests": 2, "final": "yes"}, "unsent.final is not true or false"),
+    ],
+)
+def test_it_refuses_a_malformed_unsent_and_stores_nothing(
+    started: Agent, unsent: object, error: str
+) -> None:
+    body = {"run_id": started.run_id, "agent_id": started.agent_id, "unsent": unsent}
+    response = started.post("heartbeat", body)
+    assert (response.status_code, response.json()["error"]) == (400, error)
+    assert RunProcess.objects.get().unsent_at is None

@@ -1,10 +1,11 @@
 """The ingest and model tests, again against the local PostgreSQL server.
 
 The suite's default database is SQLite; this runs the modules that talk to the database most
-(ingest, ingest under concurrency, lifecycle, storage, read API) in a pytest subprocess with
-DATABASE_URL pointing at 127.0.0.1:5432 (trust auth), and the hostile-input tests and the
-fuzz test in another (each well under its time limit). Under CI=true a missing server
-fails; elsewhere it skips.
+(ingest, ingest under concurrency, lifecycle, storage, read API), the hostile-input tests, the
+fuzz test and issue 27's storage tests (trace quotas, the diagnosis queue, verifications) in
+pytest subprocesses with DATABASE_URL pointing at 127.0.0.1:5432 (trust auth), one per group
+of modules (each well under its time limit). Under CI=true a missing server fails; elsewhere
+it skips.
 """
 
 from __future__ import annotations
@@ -19,31 +20,36 @@ import pytest
 from .servers import POSTGRES_HOST, POSTGRES_PORT, require_postgres
 
 ROOT = Path(__file__).resolve().parents[2]
-MODULES = [
-    "test_ingest.py",
-    "test_ingest_concurrency.py",
-    "test_lifecycle.py",
-    "test_storage.py",
-    "test_read_api.py",
-    "test_scalars.py",
-    "test_handlers.py",
-    "test_on_postgresql.py",
-]
-HOSTILE_MODULES = ["test_hostile_input.py", "test_fuzz.py"]
+# The modules, in groups of similar length: each group is one pytest subprocess, so that
+# parallel workers (scripts/test.sh) share them out.
+GROUPS = {
+    "ingest": ["test_ingest.py"],
+    "concurrency-and-lifecycle": ["test_ingest_concurrency.py", "test_lifecycle.py"],
+    "storage-and-reads": [
+        "test_storage.py",
+        "test_read_api.py",
+        "test_scalars.py",
+        "test_handlers.py",
+        "test_on_postgresql.py",
+    ],
+    "hostile-input": ["test_hostile_input.py"],
+    "fuzz": ["test_fuzz.py"],
+    # issue 27's storage: trace quotas, the diagnosis queue, verifications that need evidence
+    "quotas-queue-and-verifications": [
+        "../diagnostics/test_trace_quotas.py",
+        "../diagnostics/test_diagnosis_queue.py",
+        "../jobs/test_jobs_server.py::test_a_faster_training_result_without_loss_parity_is_not_verified",
+        "../jobs/test_inference_jobs.py::test_a_faster_inference_result_without_outputs_is_not_verified",
+    ],
+}
 
 
 @pytest.mark.postgres
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_it_passes_the_ingest_and_model_tests_on_postgresql() -> None:
-    _passes_on_postgresql(MODULES, name=f"perfweb_{os.getpid()}")
-
-
-@pytest.mark.postgres
-@pytest.mark.slow
-@pytest.mark.timeout(600)
-def test_it_passes_the_hostile_input_and_fuzz_tests_on_postgresql() -> None:
-    _passes_on_postgresql(HOSTILE_MODULES, name=f"perfweb_hostile_{os.getpid()}")
+@pytest.mark.parametrize("group", sorted(GROUPS))
+def test_it_passes_the_server_tests_on_postgresql(group: str) -> None:
+    _passes_on_postgresql(GROUPS[group], name=f"perfweb_{group.replace('-', '_')}_{os.getpid()}")
 
 
 def _passes_on_postgresql(modules: list[str], *, name: str) -> None:
@@ -61,6 +67,8 @@ def _passes_on_postgresql(modules: list[str], *, name: str) -> None:
             "-q",
             "-p",
             "no:cacheprovider",
+            "-p",
+            "no:xdist",  # one process: the parallel run shares out the groups instead
             "--create-db",
             *(str(Path(__file__).parent / module) for module in modules),
         ],

@@ -24,9 +24,13 @@ def scalar_batch(**fields: Any) -> dict[str, Any]:
     body["metrics"] += [
         {"device": "rank:0", "name": "scalar.loss", "t": [T0 + 1, T0 + 5], "v": [2.3, 1.9]},
         {"device": "rank:0", "name": "scalar.eval.loss", "t": [T0 + 6], "v": [2.0]},
-        {"device": "rank:0", "name": protocol.RUN_PHASE, "t": [T0, T0 + 5.5, T0 + 7],
-         "v": [1.0, 2.0, 1.0]},
-    ]  # fmt: skip
+        {
+            "device": "rank:0",
+            "name": protocol.RUN_PHASE,
+            "t": [T0, T0 + 5.5, T0 + 7],
+            "v": [1.0, 2.0, 1.0],
+        },
+    ]
     return body
 
 
@@ -42,9 +46,10 @@ def test_it_stores_the_scripts_scalars_and_phases_and_reads_them_back(
     assert started.post("batch", scalar_batch()).status_code == 200
     listed = read(f"/api/v1/runs/{RUN_ID}", token)["series"]
     assert {(s["device"], s["name"], s["count"]) for s in listed} >= {
-        ("rank:0", "scalar.loss", 2), ("rank:0", "scalar.eval.loss", 1),
+        ("rank:0", "scalar.loss", 2),
+        ("rank:0", "scalar.eval.loss", 1),
         ("rank:0", "run.phase", 3),
-    }  # fmt: skip
+    }
     phase = next(s for s in listed if s["name"] == "run.phase")
     assert phase["unit"] == "phase"
     got = read(f"/api/v1/runs/{RUN_ID}/series?name=scalar.loss&name=run.phase", token)

@@ -16,9 +16,11 @@ LABEL = "Slack incoming webhook"
 
 class ConfigForm(forms.Form):
     url = forms.URLField(
-        label="Incoming webhook URL", max_length=500, assume_scheme="https",
+        label="Incoming webhook URL",
+        max_length=500,
+        assume_scheme="https",
         validators=[validate_receiver_url],
-    )  # fmt: skip
+    )
 
 
 def send(*, config: dict[str, Any], message: dict[str, Any]) -> str:

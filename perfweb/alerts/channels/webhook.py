@@ -15,9 +15,11 @@ LABEL = "Webhook (JSON)"
 
 class ConfigForm(forms.Form):
     url = forms.URLField(
-        label="URL", max_length=500, assume_scheme="https",
+        label="URL",
+        max_length=500,
+        assume_scheme="https",
         validators=[validate_receiver_url],
-    )  # fmt: skip
+    )
 
 
 def send(*, config: dict[str, Any], message: dict[str, Any]) -> str:

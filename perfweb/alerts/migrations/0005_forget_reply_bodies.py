@@ -16,9 +16,7 @@ def forget_bodies(apps, schema_editor):  # type: ignore[no-untyped-def]
         ("Channel", "last_error"),
     ):
         rows = apps.get_model("alerts", model).objects
-        for row_id, text in rows.filter(**{f"{field}__contains": "HTTP "}).values_list(
-            "id", field
-        ):
+        for row_id, text in rows.filter(**{f"{field}__contains": "HTTP "}).values_list("id", field):
             cleaned = TRAILING_BODY.sub(r"\1", text)
             if cleaned != text:
                 rows.filter(id=row_id).update(**{field: cleaned})

@@ -60,6 +60,15 @@ def percent(value: Any) -> str:
 
 
 @register.filter
+def counted(value: Any, unit: str = "step") -> str:
+    """8062, "request" -> "8,062 requests"; 1 -> "1 step"; none or 0 -> "—"."""
+    if value in (None, "", 0):
+        return "—"
+    number = int(value)
+    return f"{number:,} {unit}{'' if number == 1 else 's'}"
+
+
+@register.filter
 def factvalue(value: Any) -> str:
     if value is None:
         return "—"

@@ -1,4 +1,4 @@
-"""`{% nav_links %}`: the navigation links other apps registered (perfweb/dashboard/nav.py)."""
+"""`{% nav_links %}`: the navigation links other apps registered (perfweb/pages/nav.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from django import template
 from django.urls import NoReverseMatch, reverse
 from django.utils.html import format_html_join
 
-from perfweb.dashboard.nav import nav_links as registered_links
+from perfweb.pages.nav import nav_links as registered_links
 
 register = template.Library()
 

@@ -45,12 +45,24 @@
   }
 
   function render(state) {
-    field("status").textContent = state.status;
-    field("progress").value = state.progress.fraction;
+    const status = field("status");
+    status.textContent = state.state;
+    status.className = "status status-job-" + state.state;
+    const verdict = field("verdict");
+    verdict.hidden = !state.verdict;
+    verdict.querySelector("strong").textContent = state.verdict_label || state.verdict || "";
+    verdict.querySelector("strong").dataset.verdict = state.verdict || "";
+    // Past the minimum rounds the end is not known: an indeterminate bar, not a full one.
+    if (state.progress.fraction === null) field("progress").removeAttribute("value");
+    else field("progress").value = state.progress.fraction;
+    field("progress-text").textContent = state.progress.text || "";
+    if (state.duration && state.duration.took_s !== null && state.duration.took_s !== undefined) {
+      field("duration").textContent = "Took " + Math.round(state.duration.took_s) + " s. " + (state.duration.sentence || "");
+    }
     field("error").textContent = state.error || "";
     if (state.speedup) {
       field("summary").textContent =
-        `${state.speedup.toFixed(2)}× (95% CI ${state.ci_low.toFixed(2)}–${state.ci_high.toFixed(2)}): ${state.verdict_label || state.verdict}`;
+        `${state.speedup.toFixed(2)}× (95% CI ${state.ci_low.toFixed(2)}–${state.ci_high.toFixed(2)})`;
     }
     field("stop").textContent = state.stop_reason || "";
     if (state.terminal && field("cancel")) field("cancel").remove();

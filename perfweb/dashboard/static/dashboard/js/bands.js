@@ -13,15 +13,18 @@ window.PerfwebBands = (function () {
   }
 
   // t, v in time order -> {t, median, p10, p90}: one value per window of `size` points
-  // centred on every `stride`-th point (size ~ 2 % of the run, at least 5 steps).
+  // centred on every `stride`-th point (size ~ 2 % of the run, at least 25 steps but at most
+  // a quarter of a short run, as the server's perfweb/diagnostics/step_bands.py: fewer let a
+  // two-speed loop flip the median).
   function rolling(t, v, size) {
     const n = v.length;
     const out = { t: [], median: [], p10: [], p90: [] };
     if (!n) return out;
-    const width = Math.max(5, size || Math.round(n / 50));
+    const floor = Math.max(5, Math.min(25, Math.floor(n / 4)));
+    const width = Math.min(n, Math.max(floor, size || Math.round(n / 50)));
     const stride = Math.max(1, Math.floor(n / BAND_POINTS));
     for (let i = 0; i < n; i += stride) {
-      const lo = Math.max(0, i - Math.floor(width / 2)), hi = Math.min(n, lo + width);
+      const lo = Math.max(0, Math.min(i - Math.floor(width / 2), n - width)), hi = lo + width;
       const win = v.slice(lo, hi).filter(Number.isFinite).sort(function (a, b) { return a - b; });
       if (!win.length) continue;
       out.t.push(t[i]);

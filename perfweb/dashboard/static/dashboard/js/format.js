@@ -15,6 +15,12 @@ window.PerfwebFormat = (function () {
     return secs + "s";
   }
 
+  function counted(value, unit) {  // counted(8062, "request") -> "8,062 requests"
+    if (value === null || value === undefined || value === "" || Number(value) === 0) return "—";
+    const number = Math.floor(Number(value));
+    return number.toLocaleString("en-US") + " " + (unit || "step") + (number === 1 ? "" : "s");
+  }
+
   function percent(value) {
     if (value === null || value === undefined || value === "") return "—";
     return Math.round(Number(value)) + "%";
@@ -62,5 +68,5 @@ window.PerfwebFormat = (function () {
     });
   }
 
-  return { duration, percent, localTime, shortLocalTime, commandLine, escapeHtml, localiseTimes };
+  return { duration, counted, percent, localTime, shortLocalTime, commandLine, escapeHtml, localiseTimes };
 })();

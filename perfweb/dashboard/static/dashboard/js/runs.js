@@ -22,9 +22,18 @@ window.PerfwebRuns = (function () {
       '<td data-field="host">' + F.escapeHtml(run.host || "—") + "</td>" +
       "<td><time>" + F.shortLocalTime(run.started_at) + "</time></td>" +
       '<td class="num" data-field="duration"></td><td class="num" data-field="steps"></td>' +
+      '<td data-field="coverage"></td>' +
       '<td class="num" data-field="gpus"></td><td class="num" data-field="gpu-util"></td>' +
-      '<td><div class="sparkline" data-sparkline="' + F.escapeHtml(run.id) + '"></div></td>'
+      '<td><div class="sparkline" data-sparkline="' + F.escapeHtml(run.id) + '"></div>' +
+      '<small class="spark-label muted" data-spark-label="' + F.escapeHtml(run.id) + '"></small></td>'
     );
+  }
+
+  function coverageHtml(coverage) {  // the run page's verdict (perfweb_recommender.coverage)
+    if (!coverage) return "";
+    return '<span class="pill pill-' + F.escapeHtml(coverage.verdict) + '"' +
+      (coverage.headline ? ' title="' + F.escapeHtml(coverage.headline) + '"' : "") + ">" +
+      F.escapeHtml(coverage.label) + "</span>";
   }
 
   function updateRow(row, run) {
@@ -32,7 +41,11 @@ window.PerfwebRuns = (function () {
     status.className = "status status-" + run.status;
     status.textContent = run.status;
     row.querySelector('[data-field="duration"]').textContent = F.duration(run.duration_s);
-    row.querySelector('[data-field="steps"]').textContent = run.steps;
+    const unit = run.coverage ? run.coverage.unit : "step";
+    row.querySelector('[data-field="steps"]').textContent = F.counted(run.steps, unit);
+    const coverage = row.querySelector('[data-field="coverage"]');
+    const html = coverageHtml(run.coverage);
+    if (coverage.innerHTML !== html) coverage.innerHTML = html;
     row.querySelector('[data-field="gpus"]').textContent = run.gpus;
     row.querySelector('[data-field="gpu-util"]').textContent = F.percent(run.mean_gpu_utilization);
     row.dataset.status = run.status;
@@ -62,21 +75,23 @@ window.PerfwebRuns = (function () {
     document.getElementById("runs-empty").hidden = runs.length !== 0;
   }
 
-  function pickSparkSeries(series) {
+  function pickSparkSeries(series, kind) {
     const withData = series.filter(function (s) { return s.t && s.t.length > 1; });
     const gpu = withData.filter(function (s) { return s.name === "gpu.utilization"; });
-    if (gpu.length) return { s: gpu[0], label: (gpu.length > 1 ? gpu[0].device + " " : "") + "GPU utilisation (%)", color: "#2f6fde" };
+    if (gpu.length) return { s: gpu[0], label: (gpu.length > 1 ? gpu[0].device + " " : "") + "GPU util %", color: "#2f6fde" };
     const steps = withData.filter(function (s) { return s.name === "step.duration"; });
-    if (steps.length) return { s: steps[0], label: "Step time (s)", color: "#7a4fd6" };
+    if (steps.length) return { s: steps[0], label: kind === "inference" ? "request latency" : "step time", color: "#7a4fd6" };
     return null;
   }
 
   async function drawSparkline(config, el, run) {
     const data = await API.getJson(config.api + "/" + encodeURIComponent(run.id) + "/series",
       { name: ["gpu.utilization", "step.duration"], points: SPARK_POINTS });
-    const picked = pickSparkSeries(data.series || []);
+    const picked = pickSparkSeries(data.series || [], run.coverage ? run.coverage.kind : null);
+    const caption = document.querySelector('[data-spark-label="' + CSS.escape(run.id) + '"]');
     if (!picked) { el.innerHTML = '<span class="muted small">no data yet</span>'; return; }
-    el.title = picked.label;
+    el.title = picked.label + " over the run";
+    if (caption) caption.textContent = picked.label;
     el.dataset.points = picked.s.t.length;
     const trace = {
       x: picked.s.t.map(function (t) { return t * 1000; }), y: picked.s.v, type: "scatter", mode: "lines",

@@ -76,7 +76,7 @@ window.PerfwebTimeline = (function () {
 
   // Step time (and request latency) as a rolling median with its p10–p90 band from the
   // server's raw steps (GET <api>/steps/bands): a long run reads at a glance. The steps
-  // themselves are drawn once zoomed in (else listed in the legend, one click away).
+  // themselves are drawn, and listed in the legend, once zoomed in.
   function bandTraces(bandRows, device, ctx) {
     const band = (ctx.bands || []).find(function (b) { return b.device === device && b.t.length; });
     if (!band) return [];
@@ -93,15 +93,58 @@ window.PerfwebTimeline = (function () {
         name: "p10–p90" + label, meta: meta("step.duration.p90"),
         hovertemplate: "p90 %{y:.4~g} " + bandRows.unit + "<extra></extra>" }, common),
       Object.assign({ x: x, y: y(band.median), line: { width: 2.2, color: STEP_COLOR },
-        name: "step time, rolling median" + label, meta: meta("step.duration.median"),
+        name: "step time, rolling median of " + band.window_steps + " steps" + label, meta: meta("step.duration.median"),
         hovertemplate: "median %{y:.4~g} " + bandRows.unit + " (window of " + band.window_steps + " steps)<extra></extra>" }, common),
     ];
+  }
+
+  // The step anatomy (series step.phase.<phase>): each phase's rolling median stacked, from
+  // GET <api>/steps/bands `phases`, of the lowest rank; zoomed in, the raw steps stacked.
+  const ANATOMY_COLORS = {
+    data: "#e8743b", copy: "#c88a12", forward: "#2f6fde", backward: "#19a979",
+    optimizer: "#d64545", collective: "#945ecf", output_copy: "#13a4b4", other: "#8a96a8",
+  };
+  const ANATOMY_ORDER = ["data", "copy", "forward", "backward", "optimizer", "collective", "output_copy", "other"];
+
+  function anatomyTraces(row, series, axis, legend, ctx) {
+    const prefix = "step.phase.";
+    const devices = series.filter(function (s) { return s.name.startsWith(prefix) && s.t.length; })
+      .map(function (s) { return s.device; })
+      .concat((ctx.phaseBands || []).map(function (b) { return b.device; }))
+      .sort(function (a, b) { return a.localeCompare(b, undefined, { numeric: true }); });
+    if (!devices.length) return [];
+    const device = devices[0];
+    const raw = !!ctx.zoomed;
+    const traces = [];
+    ANATOMY_ORDER.forEach(function (phase) {
+      let x, y;
+      if (raw) {
+        const s = series.find(function (s) { return s.device === device && s.name === prefix + phase && s.t.length; });
+        if (!s) return;
+        x = s.t; y = s.v;
+      } else {
+        const b = (ctx.phaseBands || []).find(function (b) { return b.device === device && b.phase === phase && b.t.length; });
+        if (!b) return;
+        x = b.t; y = b.median;
+      }
+      if (!y.some(function (v) { return v > 0; })) return;
+      const name = phase.replace("_", " ");
+      traces.push({
+        type: "scatter", mode: "lines", stackgroup: "anatomy", name: name, legend: legend, xaxis: "x", yaxis: axis,
+        x: x.map(toAxis), y: y, line: { width: 0.5, color: ANATOMY_COLORS[phase], shape: raw ? "vh" : "linear" },
+        fillcolor: ANATOMY_COLORS[phase] + "b3",
+        hovertemplate: "%{y:.4~g} s<extra>" + name + (raw ? "" : " (rolling median)") + "</extra>",
+        meta: { device: device, metric: prefix + phase, raw: raw },
+      });
+    });
+    return traces;
   }
 
   function rowTraces(row, series, rowIndex, ctx) {
     ctx = ctx || {};
     const axis = rowIndex === 0 ? "y" : "y" + (rowIndex + 1);
     const legend = rowIndex === 0 ? "legend" : "legend" + (rowIndex + 1);
+    if (row.key === "anatomy") return { traces: anatomyTraces(row, series, axis, legend, ctx), unit: "s" };
     const mine = series.filter(function (s) { return row.metrics.includes(s.name) && s.t.length; });
     mine.sort(function (a, b) {
       return a.device.localeCompare(b.device, undefined, { numeric: true }) ||
@@ -141,7 +184,8 @@ window.PerfwebTimeline = (function () {
       const raw = traces[i];
       raw.name = raw.name.replace("step time", "each step");
       raw.line = Object.assign({}, raw.line, { width: 1, color: raw.line.color + "99" });
-      if (!ctx.zoomed) raw.visible = "legendonly";
+      // Drawn (and listed in the legend) once zoomed in: a legend names only what is visible.
+      if (!ctx.zoomed) { raw.visible = false; raw.showlegend = false; }
     });
     return { traces: banded.concat(traces), unit: scale.unit };
   }
@@ -277,7 +321,7 @@ window.PerfwebTimeline = (function () {
   function create(config) {
     const el = document.getElementById(config.elementId || "timeline");
     const notesEl = document.getElementById(config.notesId || "no-data-rows");
-    const state = { overview: [], detail: null, shape: "", plotted: false, bands: [] };
+    const state = { overview: [], detail: null, shape: "", plotted: false, bands: [], phaseBands: [] };
 
     function pointsFor(factor) {
       const width = el.clientWidth || 1200;
@@ -289,7 +333,8 @@ window.PerfwebTimeline = (function () {
       const drawn = [];
       const scalars = scalarRows(series, config.extras);
       config.rows.concat(scalars.rows).forEach(function (row) {
-        const built = rowTraces(row, series, drawn.length, { bands: state.bands, zoomed: !!state.detail });
+        const built = rowTraces(row, series, drawn.length,
+          { bands: state.bands, phaseBands: state.phaseBands, zoomed: !!state.detail });
         if (built.traces.length) drawn.push({ row: row, traces: built.traces, unit: built.unit });
       });
       const present = new Set(drawn.map(function (d) { return d.row.key; }));
@@ -340,6 +385,7 @@ window.PerfwebTimeline = (function () {
       ]);
       state.overview = data.series || [];
       state.bands = bands.bands || [];
+      state.phaseBands = bands.phases || [];
     }
 
     async function loadDetail(start, end) {
@@ -376,6 +422,6 @@ window.PerfwebTimeline = (function () {
 
   return {
     create: create, splice: splice, emptyLines: emptyLines, fromAxis: fromAxis, toAxis: toAxis,
-    deviceLabel: deviceLabel, scalarRows: scalarRows, phaseBands: phaseBands,
+    deviceLabel: deviceLabel, scalarRows: scalarRows, phaseBands: phaseBands, anatomyTraces: anatomyTraces,
   };
 })();

@@ -1,6 +1,9 @@
 // The fleet page's chart: each run's GPU-hours stacked by where they went (top 20 runs).
 (function () {
   "use strict";
+  // The project filter applies on choice (a script file: the page's CSP runs no inline handler).
+  document.querySelectorAll("select[data-submit-on-change]").forEach((select) =>
+    select.addEventListener("change", () => select.form.submit()));
   const node = document.getElementById("waste-chart");
   const data = document.getElementById("waste-runs-data");
   if (!node || !data || !window.Plotly) return;
