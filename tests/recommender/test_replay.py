@@ -251,3 +251,30 @@ def test_a_call_preempted_inside_an_operator_leaves_the_others_shares(recorded: 
     assert preempted["span_us"] < plan["span_us"] + waited_us / 10
     assert preempted["cases"]["attention"]["traced_us"] / preempted["span_us"] > 0.9 * share
     assert preempted["cases"]["linear"]["shapes"] == plan["cases"]["linear"]["shapes"]
+
+
+def test_a_wait_inside_one_operator_or_between_two_leaves_the_module_shares(
+    recorded: Path, tmp_path: Path
+) -> None:
+    import orjson
+
+    from perfweb_recommender.analysis.module_time import kind_share, module_time
+
+    document = orjson.loads(recorded.read_bytes())
+    before = module_time(load_trace(recorded))
+    events = document["traceEvents"]
+    softmax = [e for e in events if e.get("name") == "aten::softmax" and e.get("cat") == "cpu_op"]
+    waited_us = 5_000.0  # a neighbour's time slice: once inside a softmax, once after one
+    for event, inside in ((softmax[1], True), (softmax[2], False)):
+        end = event["ts"] + event["dur"]
+        for later in events:
+            if isinstance(later.get("ts"), (int, float)) and later["ts"] >= end:
+                later["ts"] += waited_us
+        if inside:
+            event["dur"] += waited_us
+    path = tmp_path / recorded.name  # the same window name: 3 requests
+    path.write_bytes(orjson.dumps(document))
+    after = module_time(load_trace(path))
+    assert after["span_us"] < before["span_us"] + waited_us / 10
+    for kind in ("linear", "conv"):
+        assert kind_share(after, kind) == pytest.approx(kind_share(before, kind), rel=0.1)

@@ -12,9 +12,12 @@ shares are in `host_device.tensor_core_stats`.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from perfweb_contract.protocol import WindowName
+from perfweb_recommender.analysis.preemption import capped_calls, capped_gaps
 from perfweb_recommender.trace.model import CPU_OP, RankTrace
 
 # Top-level operator names per module kind (an outer name only: its callees nest inside).
@@ -67,7 +70,10 @@ NO_AUTOGRAD_OPS = frozenset(
 def module_time(trace: RankTrace) -> dict[str, float]:
     """The traced span (µs), its top-level CPU operators (count, µs, how many can record
     autograd) and the µs and call count of each module kind in MODULE_OPS; {} without CPU
-    operators."""
+    operators. Times are a preemption's wait taken out (analysis.preemption): a call capped
+    against the same call of the window's other requests, where every request runs the same
+    operators in the same order (`_places`), and each gap between operators against their
+    median."""
     ops = trace.cpu.cpu_class == CPU_OP
     if not ops.any():
         return {}
@@ -79,26 +85,43 @@ def module_time(trace: RankTrace) -> dict[str, float]:
     # that ends inside an earlier one is its callee).
     before = np.maximum.accumulate(np.concatenate(([-np.inf], ends[:-1])))
     top = order[ends > before]
-    span = float((starts[top] + durations[top]).max() - starts[top].min())
+    top_names = [
+        trace.cpu_names[names[i]] if 0 <= names[i] < len(trace.cpu_names) else "" for i in top
+    ]
+    cost = capped_calls(
+        [float(durations[i]) for i in top], _places(top_names, window_requests(trace.source))
+    )
+    gaps = capped_gaps((starts[top[1:]] - (starts[top[:-1]] + durations[top[:-1]])).tolist())
     kind_of = {name: kind for kind, group in MODULE_OPS.items() for name in group}
     result: dict[str, float] = {
-        "span_us": span,
+        "span_us": math.fsum(cost) + math.fsum(gaps),
         "top_level_ops": float(len(top)),
-        "top_level_us": float(durations[top].sum()),
+        "top_level_us": math.fsum(cost),
         "autograd_ops": 0.0,
     }
     for kind in MODULE_OPS:
         result[f"{kind}_us"] = 0.0
         result[f"{kind}_calls"] = 0.0
-    for i in top:
-        name = trace.cpu_names[names[i]] if 0 <= names[i] < len(trace.cpu_names) else ""
+    for name, us in zip(top_names, cost, strict=True):
         if name not in NO_AUTOGRAD_OPS:
             result["autograd_ops"] += 1
         module_kind = kind_of.get(name)
         if module_kind is not None:
-            result[f"{module_kind}_us"] += float(durations[i])
+            result[f"{module_kind}_us"] += us
             result[f"{module_kind}_calls"] += 1
     return {k: round(v, 3) for k, v in result.items()}
+
+
+def _places(names: list[str], requests: int | None) -> list[tuple[int, str] | None]:
+    """Each top-level operator's place in its request, (index, name), where the window's
+    `requests` ran the same operators in the same order (like calls, whatever their shapes);
+    None for every operator otherwise (nothing to compare a call with)."""
+    if not requests or requests < 2 or len(names) % requests:
+        return [None] * len(names)
+    period = len(names) // requests
+    if any(name != names[i % period] for i, name in enumerate(names)):
+        return [None] * len(names)
+    return [(i % period, name) for i, name in enumerate(names)]
 
 
 def kind_share(times: dict[str, float], kind: str) -> float | None:

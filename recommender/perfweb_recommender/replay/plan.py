@@ -24,6 +24,7 @@ from typing import Any
 
 import orjson
 
+from perfweb_recommender.analysis.preemption import capped_calls, capped_gaps
 from perfweb_recommender.trace.loader import read_bytes
 
 FLOAT_TYPES = frozenset({"float"})
@@ -169,40 +170,19 @@ def _attention(
     return ("attention", tuple(q), tuple(k), tuple(v)), us
 
 
-GAP_CAP = 4.0  # a gap between operators beyond this many median gaps is a preemption
-CALL_CAP = 4.0  # a call beyond this many times its fastest like call waited (a preemption)
-
-
 def _robust_durations(top: list[dict[str, Any]]) -> list[float]:
-    """Each top-level operator's duration (µs), capped at CALL_CAP times the fastest call of
-    the same operator on the same input shapes (what it costs; some like calls may wait). On
-    a busy host the thread is preempted inside an operator as often as between two, for
-    milliseconds, and a window is a few steps: one such wait, or an operator's one-off first
-    call (a oneDNN primitive built), would otherwise swell that operator and shrink every
-    other one's share of the span."""
-    alike: dict[str, list[float]] = defaultdict(list)
+    """Each top-level operator's duration (µs), a preemption's wait taken out: capped at
+    analysis.preemption's CALL_CAP times the fastest call of the same operator on the same
+    input shapes."""
     keys = [f"{e.get('name')}{(e.get('args') or {}).get('Input Dims')}" for e in top]
-    for key, event in zip(keys, top, strict=True):
-        alike[key].append(float(event["dur"]))
-    caps = {key: CALL_CAP * min(d) for key, d in alike.items() if len(d) > 1}
-    return [
-        min(float(e["dur"]), caps.get(key, float("inf"))) for key, e in zip(keys, top, strict=True)
-    ]
+    return capped_calls([float(e["dur"]) for e in top], keys)
 
 
 def _robust_span(top: list[dict[str, Any]], durations: list[float]) -> float:
     """The loop's time over the window: its top-level operators (`_robust_durations`) plus
-    the gaps between them, each gap capped at GAP_CAP median gaps. On a busy host the thread
-    is preempted between operators for milliseconds at a time; uncapped, those waits would
-    shrink every operator's share of the span."""
-    gaps = sorted(
-        max(0.0, float(b["ts"]) - float(a["ts"] + a["dur"]))
-        for a, b in zip(top, top[1:], strict=False)
-    )
-    if not gaps:
-        return sum(durations)
-    cap = max(1.0, GAP_CAP * gaps[len(gaps) // 2])
-    return sum(durations) + sum(min(gap, cap) for gap in gaps)
+    the gaps between them, each capped (analysis.preemption.capped_gaps)."""
+    gaps = [float(b["ts"]) - float(a["ts"] + a["dur"]) for a, b in zip(top, top[1:], strict=False)]
+    return sum(durations) + sum(capped_gaps(gaps))
 
 
 def plan_from_events(events: list[dict[str, Any]]) -> dict[str, Any]:
