@@ -58,6 +58,49 @@ for seed in range(2):
 print([os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in children])
 """
 
+# Every import an agent thread makes, with the profiler on: a fork while one of them held a
+# module's import lock left the child waiting on it for ever (the idna codec, imported by the
+# network thread's first getaddrinfo, hung the forked trainers 2 runs in 6 on a busy host).
+IMPORTS_ON_AGENT_THREADS = """
+import sys, threading
+imported = []
+def audit(event, args):
+    if event == "import" and threading.current_thread().name.startswith("perf-agent"):
+        imported.append((threading.current_thread().name, args[0]))
+sys.addaudithook(audit)
+import time, torch, perfweb_agent
+perfweb_agent.attach(server=sys.argv[1], token=sys.argv[2], interval=0.05, flush_interval=0.1)
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range(12):
+    opt.zero_grad()
+    model(torch.randn(2, 4)).sum().backward()
+    opt.step()
+    time.sleep(0.02)
+time.sleep(0.3)
+perfweb_agent.shutdown()
+print(sorted(set(imported)))
+"""
+
+# A forked rank whose flush cannot finish (its resolver blocks for ever, as on a lock the
+# parent's network thread held at the fork) still leaves at os._exit, with its own status.
+FORKED_TRAINER_WHOSE_FLUSH_BLOCKS = """
+import os, socket, sys, threading, torch
+import perfweb_agent
+perfweb_agent.attach(server=sys.argv[1], token=sys.argv[2], interval=0.05, flush_interval=5)
+pid = os.fork()
+if pid == 0:
+    socket.getaddrinfo = lambda *args, **kwargs: threading.Event().wait()
+    model = torch.nn.Linear(8, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for _ in range(3):
+        opt.zero_grad()
+        model(torch.randn(4, 8)).sum().backward()
+        opt.step()
+    os._exit(3)
+print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+"""
+
 WORKER_THAT_BACKPROPAGATES = """
 import sys, torch
 from torch import nn
@@ -136,6 +179,39 @@ def test_forked_children_that_train_report_each_as_a_rank_and_leave_the_run_to_t
     (parent,) = set(starts) - set(children)
     assert server.store.steps(parent) == []
     assert server.store.finishes[parent]["final"] is True
+
+
+def test_the_agents_threads_import_nothing_so_a_fork_never_inherits_a_held_import_lock(
+    tmp_path: Path, server: FakeServer, agent_env: dict[str, str]
+) -> None:
+    script = write_script(tmp_path, IMPORTS_ON_AGENT_THREADS)
+    env = dict(agent_env, PERF_AGENT_PROFILE="1", PERF_AGENT_PROFILE_WARMUP_STEPS="2")
+    env.update(PERF_AGENT_PROFILE_STEPS="3")
+    result = subprocess.run(
+        [sys.executable, str(script), server.url, TOKEN],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (result.returncode, result.stdout) == (0, "[]\n"), result.stderr
+    assert server.store.steps() == list(range(12)) and server.store.trace("rank0")  # a window
+
+
+def test_a_forked_rank_whose_flush_blocks_still_leaves_at_os_exit_with_its_status(
+    tmp_path: Path, server: FakeServer, agent_env: dict[str, str]
+) -> None:
+    script = write_script(tmp_path, FORKED_TRAINER_WHOSE_FLUSH_BLOCKS)
+    result = subprocess.run(  # a hang is the failure: the timeout ends it
+        [sys.executable, str(script), server.url, TOKEN],
+        env=agent_env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (result.returncode, result.stdout) == (0, "3\n"), result.stderr
 
 
 def test_a_dataloader_worker_that_runs_a_backward_still_sends_nothing(

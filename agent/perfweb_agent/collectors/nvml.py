@@ -69,6 +69,17 @@ class NvmlCollector:
         self._ticks = 0
         self.driver_version: str | None = None
         self.error: str | None = None
+        self._load_error: Exception | None = None
+
+    def load(self) -> None:
+        """Import NVML's bindings now, on the thread that starts the agent: the agent's own
+        threads import nothing (a fork while one of them held a module's import lock leaves
+        the child that lock held for ever). Initialising NVML waits for the sampler."""
+        if self._query is None and self._load_error is None:
+            try:
+                self._query = real_query()
+            except Exception as exc:  # noqa: BLE001 - ImportError, a broken install
+                self._load_error = exc
 
     def is_available(self) -> bool:
         """Initialise NVML once; False (with one log line) when there is no NVML or GPU."""
@@ -76,6 +87,8 @@ class NvmlCollector:
             return bool(self._gpus)
         self._gpus = []
         try:
+            if self._load_error is not None:
+                raise self._load_error
             query = self._query = self._query or real_query()
             query("init")
             self.driver_version = str(query("driver_version"))

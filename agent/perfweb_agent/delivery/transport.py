@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+# The agent's threads import nothing: socket.getaddrinfo imports the idna codec on a
+# process's first request by host name, and a fork while the network thread held that
+# module's import lock left the forked child waiting on it for ever (its flush at os._exit).
+import encodings.idna  # noqa: F401
 import gzip
 import json
 import urllib.error

@@ -111,6 +111,7 @@ class Agent:
         if self.collecting:
             self._cancel_hook = importhook.when_imported("torch", self._torch_imported)
             script_error.install(self.facts.set)  # the run's last error line, if any
+        self.nvml.load()  # here, not on the sampler's thread (NvmlCollector.load says why)
         self.sender.start()
         atexit.register(self.close)
 

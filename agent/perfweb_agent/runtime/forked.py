@@ -26,12 +26,14 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import threading
 from collections.abc import Callable
 from typing import NoReturn
 
 DATALOADER_WORKER = ("torch.utils.data._utils.worker", "_worker_loop")  # its target
 MARK = "__perf_agent_wrapped__"
 EXIT_DEADLINE_S = 2.0  # at os._exit: what the flush of a forked rank may take at most
+EXIT_GRACE_S = 0.5  # past its deadline, how long os._exit still waits for a blocked flush
 
 # Forks this process has made (os.register_at_fork in perfweb_agent): a child holds the count
 # from before its own fork, its order among its parent's forks (DataLoader workers included).
@@ -73,16 +75,32 @@ def in_dataloader_worker() -> bool:
 
 def flush_at_os_exit(close: Callable[[int | None, float | None], None]) -> None:
     """Wrap `os._exit` so that this process's agent is closed before it leaves by it (the
-    wrapper does nothing in another process, e.g. a DataLoader worker forked from it)."""
+    wrapper does nothing in another process, e.g. a DataLoader worker forked from it).
+
+    The process leaves within EXIT_DEADLINE_S + EXIT_GRACE_S whatever the close meets: it
+    runs on a thread of its own, and os._exit does not wait for a close that blocks (a lock
+    some thread of the parent held at the fork: nothing in the child will release it)."""
     original: Callable[[int], NoReturn] = getattr(os._exit, "__wrapped__", os._exit)
     owner = os.getpid()
 
     def _exit(status: int) -> NoReturn:
         if os.getpid() == owner:
             with contextlib.suppress(Exception):  # a guest never breaks its host
-                close(status, EXIT_DEADLINE_S)
+                closing = threading.Thread(
+                    target=_close_quietly,
+                    args=(close, status),
+                    name="perf-agent-exit",
+                    daemon=True,
+                )
+                closing.start()
+                closing.join(EXIT_DEADLINE_S + EXIT_GRACE_S)
         original(status)
 
     setattr(_exit, MARK, True)
     _exit.__wrapped__ = original  # type: ignore[attr-defined]
     os._exit = _exit
+
+
+def _close_quietly(close: Callable[[int | None, float | None], None], status: int) -> None:
+    with contextlib.suppress(Exception):  # a guest never breaks its host
+        close(status, EXIT_DEADLINE_S)
