@@ -80,6 +80,18 @@ def _alive(processes: list[psutil.Process], *, grace_s: float = 5.0) -> list[str
         time.sleep(0.1)
 
 
+def _command_lines(processes: list[psutil.Process]) -> list[tuple[psutil.Process, list[str]]]:
+    """Those `processes` still there, each with its command line (a short-lived child, e.g.
+    a pool's helper or a shell, may be gone between the listing and the reading)."""
+    lines = []
+    for process in processes:
+        try:
+            lines.append((process, process.cmdline()))
+        except psutil.NoSuchProcess:
+            continue
+    return lines
+
+
 def _kill_all(start: subprocess.Popen[bytes], started: list[psutil.Process]) -> None:
     """Clean up after a failed test: nothing the script started outlives it."""
     for process in [*started, psutil.Process(start.pid)] if start.poll() is None else started:
@@ -142,7 +154,7 @@ def test_start_twice_and_ctrl_c_or_hangup_ends_the_demo_run_and_every_process(
             tokens.append(token)
             demo_ids.append(demo["id"])
             started = psutil.Process(start.pid).children(recursive=True)
-            commands = " ".join(" ".join(process.cmdline()) for process in started)
+            commands = " ".join(" ".join(line) for _, line in _command_lines(started))
             for program in (
                 "honcho",
                 "gunicorn",
@@ -210,7 +222,8 @@ def test_when_the_web_dies_the_script_stops_the_rest_and_fails(tmp_path: Path) -
             deadline_s=180,
         )
         started = psutil.Process(start.pid).children(recursive=True)
-        gunicorns = [p for p in started if p.cmdline()[1:2] == [".venv/bin/gunicorn"]]
+        gunicorn = [".venv/bin/gunicorn"]
+        gunicorns = [p for p, line in _command_lines(started) if line[1:2] == gunicorn]
         master = next(p for p in gunicorns if p.parent() not in gunicorns)  # not a worker
         master.kill()
         _wait_for_exit(start, log)
