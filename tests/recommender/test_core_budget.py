@@ -96,6 +96,24 @@ def test_the_demo_host_gets_workers_and_threads_that_agree() -> None:
     }
 
 
+def test_a_loop_that_mostly_waits_on_its_workers_is_never_told_to_use_fewer() -> None:
+    """2 workers on 2 cores and a loop that waits 80% of each step (a CPU-bound loader whose
+    cause a busy host hid): the budget's spare core would go to a thread that waits, so the
+    fix keeps the workers and names cheaper samples; at a 20% wait the split still applies."""
+    waiting = next(
+        f
+        for f in diagnose(_run(cores=2, ranks=1, intra=1, workers=2, wait=0.8))
+        if f.id == "dataloader.num_workers"
+    )
+    assert waiting.fix.knob is None and "cheaper" in waiting.fix.text
+    computing = next(
+        f
+        for f in diagnose(_run(cores=2, ranks=1, intra=1, workers=2, wait=0.2))
+        if f.id == "dataloader.num_workers"
+    )
+    assert computing.fix.knob == "num_workers=1"
+
+
 def test_too_many_workers_is_not_blamed_on_the_threads() -> None:
     findings = diagnose(_run(cores=8, ranks=2, intra=2, workers=8, wait=0.0))
     ids = [f.id for f in findings]

@@ -98,9 +98,15 @@ def test_io_wait_proposes_more_workers_than_the_cores(planted_run: Any) -> None:
     assert int(found.fix.knobs["num_workers"]) > max(1, cores - 1)  # the usual cap
 
 
-def test_a_cpu_bound_loader_is_not_told_to_add_workers(planted_run: Any) -> None:
+def test_a_cpu_bound_loader_is_told_neither_to_add_workers_nor_to_cut_them(
+    planted_run: Any,
+) -> None:
+    """Its workers use the cores: more cannot help, fewer make the loop wait longer. Where a
+    busy host hides the cause (the workers starved of cores look idle), the wait is still
+    reported, with cheaper samples as its fix and no worker count to set."""
     report = planted_run("bottleneck_loader_cpu_bound.py")
-    assert "dataloader.num_workers" not in {f.id for f in report.findings}
+    told = [(f.id, f.fix.knobs) for f in report.findings if "num_workers" in f.fix.knobs]
+    assert told == []
     assert not _workload(report)[0].fix.knobs
 
 
