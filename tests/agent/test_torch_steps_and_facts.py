@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 import sys
 from pathlib import Path
 
@@ -71,9 +72,13 @@ def test_a_slow_dataset_without_workers_shows_most_of_each_step_as_data_wait(
     assert (result.returncode, result.stdout) == (0, "ok\n")
     steps = server.store.step_columns()
     assert steps["index"] == list(range(16))
+    shares = []
     for duration, wait in zip(steps["duration"][1:], steps["data_wait"][1:], strict=True):
-        assert 0.035 <= duration < 1.0
-        assert wait / duration > 0.7
+        # each step sleeps 4 x 10 ms in __getitem__: at least that is data wait, whatever
+        # the host; a busy one may preempt a step's ~1 ms of compute for a time slice
+        assert 0.035 <= wait <= duration < 1.0
+        shares.append(wait / duration)
+    assert statistics.median(shares) > 0.7
     facts = server.store.facts()
     assert facts["dataloader.0.num_workers"] == 0
     assert facts["dataloader.0.batch_size"] == 4
