@@ -35,7 +35,7 @@ from perfweb_recommender.analysis.trace_tables import tables_fit, trace_tables
 from perfweb_recommender.api import analyze_evidence
 from perfweb_recommender.errors import InputError
 from perfweb_recommender.replay import replay_evidence
-from perfweb_recommender.replay.plan import plan_or_empty
+from perfweb_recommender.replay.plan import plan_for
 from perfweb_recommender.rules.base import Finding as RuleFinding
 from perfweb_recommender.rules.base import rank_findings
 from perfweb_recommender.trace.loader import load_trace
@@ -170,7 +170,7 @@ def trace_analyse(*, trace: Trace) -> Trace:
         if trace.rank is not None:
             loaded.rank = trace.rank
         summary = summarize(loaded)
-        summary.replay_plan = plan_or_empty(path)
+        summary.replay_plan = plan_for(summary, path)
         if tables is None:
             skipped = f"operator and kernel tables not built (over the {budget} MB budget)"
             summary.degraded = f"{summary.degraded}; {skipped}" if summary.degraded else skipped

@@ -17,7 +17,7 @@ from perfweb_recommender.inference import evidence_request_stats, served_after_t
 from perfweb_recommender.offline import find_runs, load_run
 from perfweb_recommender.ranks import summarize_files
 from perfweb_recommender.replay import replay_evidence
-from perfweb_recommender.replay.plan import plan_or_empty
+from perfweb_recommender.replay.plan import plan_for
 from perfweb_recommender.rules import diagnose
 from perfweb_recommender.rules.base import Finding, split_findings
 from perfweb_recommender.trace.loader import load_trace, trace_files
@@ -141,7 +141,7 @@ def analyze_path(path: str | Path) -> Report:
         )
     summaries = summarize_files(files)
     for summary, file in zip(summaries, files, strict=True):
-        summary.replay_plan = plan_or_empty(file)
+        summary.replay_plan = plan_for(summary, file)
     evidence = RunEvidence(traces=sorted(summaries, key=lambda t: t.rank))
     replay_evidence(evidence)
     return analyze_evidence(evidence, agent_run=False)
@@ -150,5 +150,5 @@ def analyze_path(path: str | Path) -> Report:
 def _summary(path: Path, rank: int) -> TraceSummary:
     """One trace file analysed, with its replay plan (perfweb_recommender.replay.plan)."""
     summary = summarize(load_trace(path, fallback_rank=rank))
-    summary.replay_plan = plan_or_empty(path)
+    summary.replay_plan = plan_for(summary, path)
     return summary

@@ -22,7 +22,7 @@ from perfweb_contract.layout import BATCH_RE, FINISH_FILE, START_FILE, TRACES_DI
 from perfweb_recommender.analysis.summary import TraceSummary, summarize
 from perfweb_recommender.errors import InputError
 from perfweb_recommender.evidence import ProcessSeen, RunEvidence, Series, StepSample
-from perfweb_recommender.replay.plan import plan_or_empty
+from perfweb_recommender.replay.plan import plan_for
 from perfweb_recommender.run_end import worker_name
 from perfweb_recommender.trace.loader import load_trace
 
@@ -184,6 +184,6 @@ def _agent_traces(agent: Path, rank: int) -> list[TraceSummary]:
         trace = load_trace(path, fallback_rank=rank)
         trace.rank = rank
         summary = summarize(trace)
-        summary.replay_plan = plan_or_empty(path)
+        summary.replay_plan = plan_for(summary, path)
         summaries.append(summary)
     return summaries

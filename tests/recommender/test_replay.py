@@ -253,28 +253,53 @@ def test_a_call_preempted_inside_an_operator_leaves_the_others_shares(recorded: 
     assert preempted["cases"]["linear"]["shapes"] == plan["cases"]["linear"]["shapes"]
 
 
+def _requests(waits: dict[int, tuple[float, float]]) -> list[dict[str, object]]:
+    """A CPU window of 4 like requests, each Linear 100 µs, ReLU 10 µs, Linear 50 µs with
+    5 µs between operators; `waits` adds (inside, after) µs to the operator of that index."""
+    events: list[dict[str, object]] = []
+    now = 0.0
+    for index, (name, dur) in enumerate(
+        [("aten::linear", 100.0), ("aten::relu", 10.0), ("aten::linear", 50.0)] * 4
+    ):
+        inside, after = waits.get(index, (0.0, 0.0))
+        events.append(
+            {"ph": "X", "cat": "cpu_op", "name": name, "ts": now, "dur": dur + inside}
+            | {"pid": 1, "tid": 1}
+        )
+        now += dur + inside + 5.0 + after
+    return events
+
+
 def test_a_wait_inside_one_operator_or_between_two_leaves_the_module_shares(
-    recorded: Path, tmp_path: Path
+    tmp_path: Path,
 ) -> None:
     import orjson
 
     from perfweb_recommender.analysis.module_time import kind_share, module_time
 
-    document = orjson.loads(recorded.read_bytes())
-    before = module_time(load_trace(recorded))
-    events = document["traceEvents"]
-    softmax = [e for e in events if e.get("name") == "aten::softmax" and e.get("cat") == "cpu_op"]
-    waited_us = 5_000.0  # a neighbour's time slice: once inside a softmax, once after one
-    for event, inside in ((softmax[1], True), (softmax[2], False)):
-        end = event["ts"] + event["dur"]
-        for later in events:
-            if isinstance(later.get("ts"), (int, float)) and later["ts"] >= end:
-                later["ts"] += waited_us
-        if inside:
-            event["dur"] += waited_us
-    path = tmp_path / recorded.name  # the same window name: 3 requests
-    path.write_bytes(orjson.dumps(document))
-    after = module_time(load_trace(path))
-    assert after["span_us"] < before["span_us"] + waited_us / 10
-    for kind in ("linear", "conv"):
-        assert kind_share(after, kind) == pytest.approx(kind_share(before, kind), rel=0.1)
+    def shares(waits: dict[int, tuple[float, float]]) -> dict[str, float]:
+        path = tmp_path / f"{len(list(tmp_path.iterdir()))}" / "rank0-step0-4.pt.trace.json"
+        path.parent.mkdir()
+        path.write_bytes(orjson.dumps({"traceEvents": _requests(waits)}))
+        times = module_time(load_trace(path))
+        return {"span": times["span_us"], "linear": kind_share(times, "linear") or 0.0}
+
+    quiet = shares({})
+    assert quiet == {"span": 4 * 160 + 11 * 5, "linear": pytest.approx(600 / 695)}
+    # a neighbour's 5 ms time slice inside one ReLU, and one after another ReLU
+    busy = shares({4: (5000.0, 0.0), 7: (0.0, 5000.0)})
+    assert busy["span"] == quiet["span"] + 30 + 15  # the ReLU at 4x its 10 µs, the gap at 4x
+    assert busy["linear"] == pytest.approx(quiet["linear"], rel=0.07)
+
+
+def test_a_trace_with_gpu_kernels_is_not_parsed_again_for_a_plan_it_would_never_replay(
+    recorded: Path,
+) -> None:
+    import dataclasses
+
+    from perfweb_recommender.replay.plan import plan_for
+
+    summary = summarize(load_trace(recorded))
+    assert plan_for(summary, recorded) == plan_from_file(recorded) != {}
+    on_gpu = dataclasses.replace(summary, launch={**summary.launch, "kernels": 12})
+    assert plan_for(on_gpu, recorded) == {}  # the same file: its shapes are not read

@@ -20,12 +20,15 @@ from __future__ import annotations
 import ast
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from perfweb_recommender.analysis.preemption import capped_calls, capped_gaps
 from perfweb_recommender.trace.loader import read_bytes
+
+if TYPE_CHECKING:
+    from perfweb_recommender.analysis.summary import TraceSummary
 
 FLOAT_TYPES = frozenset({"float"})
 MAX_OPS = 2000  # top-level operators kept for the autograd replay (a window's first ones)
@@ -247,6 +250,15 @@ def _shape_row(key: tuple[Any, ...], count: int) -> dict[str, Any]:
 
 
 PLAN_MAX_FILE_BYTES = 32 * 2**20  # a larger trace file is not parsed again for its shapes
+
+
+def plan_for(summary: TraceSummary, path: str | Path) -> dict[str, Any]:
+    """The replay plan of a trace file whose summary is `summary`: {} for a trace with GPU
+    kernels, which the replay never times (it runs CPU operators only), so that its file is
+    not parsed a second time for nothing (df_index_resolver: 0.4 s and 330 MiB)."""
+    if summary.launch.get("kernels"):
+        return {}
+    return plan_or_empty(path)
 
 
 def plan_or_empty(path: str | Path) -> dict[str, Any]:
