@@ -44,16 +44,23 @@ def logged_in_page(
     page.on("pageerror", lambda error: errors.append(f"page error: {error}"))
     record_csp_violations(page, errors)
     if failed_requests:
-        page.on(
-            "requestfailed",
-            lambda request: (
-                None
-                if "ERR_ABORTED" in (request.failure or "")
-                else errors.append(f"{request.url}: {request.failure}")
-            ),
-        )
+        record_failed_requests(page, errors)
     log_in(page, base_url, user=user, password=password)
     return page, errors
+
+
+def record_failed_requests(page: Any, errors: list[str]) -> None:
+    """Every request of `page` that fails goes to `errors`, but those the page aborts itself
+    on leaving (ERR_ABORTED: a runs list's sparkline fetch still in flight when a run is
+    opened)."""
+    page.on(
+        "requestfailed",
+        lambda request: (
+            None
+            if "ERR_ABORTED" in (request.failure or "")
+            else errors.append(f"{request.url}: {request.failure}")
+        ),
+    )
 
 
 def record_csp_violations(page: Any, errors: list[str]) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tests.browser.conftest import LiveServer
-from tests.browser.pages import log_in
+from tests.browser.pages import log_in, record_failed_requests
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(420)]
 
@@ -44,7 +44,7 @@ def test_it_streams_a_live_run_into_growing_charts(
 ) -> None:
     page = browser.new_page(viewport={"width": 1400, "height": 900})
     failed_requests: list[str] = []
-    page.on("requestfailed", lambda request: failed_requests.append(request.url))
+    record_failed_requests(page, failed_requests)
     page.on("pageerror", lambda error: failed_requests.append(f"page error: {error}"))
 
     page.goto(f"{perfweb_server.url}/")
