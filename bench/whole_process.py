@@ -21,7 +21,6 @@ import argparse
 import json
 import os
 import resource
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -29,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agent_overhead import LOOP  # noqa: E402 - bench/ is on sys.path as a script
+from agent_overhead import LOOP, _spread  # noqa: E402 - bench/ is on sys.path as a script
 
 ROOT = Path(__file__).resolve().parents[1]
 GOAL = 1.01
@@ -48,14 +47,6 @@ def timed(command: list[str], env: dict[str, str]) -> tuple[float, float]:
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(command)} exited {done.returncode}:\n{done.stderr[-2000:]}")
     return wall, _children_cpu_s() - cpu
-
-
-def _spread(values: list[float], digits: int = 4) -> dict[str, float]:
-    return {
-        "median": round(statistics.median(values), digits),
-        "min": round(min(values), digits),
-        "max": round(max(values), digits),
-    }
 
 
 def main() -> int:
@@ -105,10 +96,10 @@ def main() -> int:
         "steps": args.steps,
         "attached_settings": settings,
         "rounds": rounds,
-        "bare_wall_s": _spread([r["bare_wall_s"] for r in rounds], 3),
-        "bare_cpu_s": _spread([r["bare_cpu_s"] for r in rounds], 3),
-        "wall_ratio": _spread([r["wall_ratio"] for r in rounds]),
-        "cpu_ratio": _spread([r["cpu_ratio"] for r in rounds]),
+        "bare_wall_s": _spread([r["bare_wall_s"] for r in rounds]),
+        "bare_cpu_s": _spread([r["bare_cpu_s"] for r in rounds]),
+        "wall_ratio": _spread([r["wall_ratio"] for r in rounds], digits=4),
+        "cpu_ratio": _spread([r["cpu_ratio"] for r in rounds], digits=4),
         "goal_wall_ratio_max": GOAL,
         "load_average": os.getloadavg(),
     }
