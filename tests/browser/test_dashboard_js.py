@@ -10,7 +10,11 @@ from typing import Any
 import pytest
 
 from perfweb.dashboard.templatetags.perfweb_format import duration
-from perfweb.dashboard.timeline_rows import SCALAR_ROWS_MAX, timeline_extras_config
+from perfweb.dashboard.timeline_rows import (
+    SCALAR_ROWS_MAX,
+    timeline_extras_config,
+    timeline_rows_config,
+)
 
 pytestmark = pytest.mark.browser
 
@@ -155,3 +159,46 @@ def test_it_turns_phase_changes_into_bands_up_to_the_end_of_the_data(page: Any) 
         {"phase": "eval", "start": 20.0, "end": 25.0},
         {"phase": "train", "start": 30.0, "end": 40.0},
     ]
+
+
+def _legend(traces: list[dict[str, Any]]) -> list[str]:
+    """The names a Plotly legend lists: drawn traces not kept out of it."""
+    return [
+        t["name"]
+        for t in traces
+        if t.get("visible", True) and t.get("showlegend", True) is not False
+    ]
+
+
+def test_the_step_rows_legend_names_only_what_is_drawn_zoomed_out_and_in(page: Any) -> None:
+    (row,) = [row for row in timeline_rows_config() if row["key"] == "steps"]
+    times = [float(t) for t in range(40)]
+    series = [
+        {"device": "rank:0", "name": "step.duration", "t": times, "v": [0.05, 0.8] * 20},
+        {"device": "rank:0", "name": "step.data_wait", "t": times, "v": [0.01] * 40},
+    ]
+    bands = [
+        {
+            "device": "rank:0",
+            "t": times[9:],
+            "p10": [0.05] * 31,
+            "median": [0.4] * 31,
+            "p90": [0.8] * 31,
+            "window_steps": 10,
+            "raw_count": 40,
+        }
+    ]
+    draw = "([r, s, ctx]) => PerfwebTimeline.rowTraces(r, s, 0, ctx).traces"
+    out = page.evaluate(draw, [row, series, {"bands": bands, "zoomed": False}])
+    assert _legend(out) == ["p10–p90", "step time, rolling median of 10 steps", "data wait"]
+    (each,) = [t for t in out if t["name"] == "each step"]
+    assert each["visible"] is False  # the zig-zag of raw steps is not drawn zoomed out
+    inside = page.evaluate(draw, [row, series, {"bands": bands, "zoomed": True}])
+    assert _legend(inside) == [
+        "p10–p90",
+        "step time, rolling median of 10 steps",
+        "each step",
+        "data wait",
+    ]
+    bare = page.evaluate(draw, [row, series, {"bands": [], "zoomed": False}])
+    assert _legend(bare) == ["step time", "data wait"]  # no bands yet: the raw steps alone

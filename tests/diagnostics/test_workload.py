@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from django.test import Client
 
-from perfweb.diagnostics.evidence import STEP_POINTS
+from perfweb.diagnostics.evidence import STEP_POINTS, run_evidence
 from perfweb.diagnostics.tasks import diagnose_run_task
 from perfweb.diagnostics.workload import run_request_stats
 from perfweb.runs.models import Run
@@ -258,6 +258,10 @@ def test_a_long_runs_samples_per_second_come_from_its_one_batch_size(
     html = logged_in(owner).get(PAGE).content.decode()
     assert f"the latest {stats.requests:,} of the run's {total:,} requests" in html
     assert "<dt>Samples/s</dt><dd>—</dd>" not in html
+    # One count a place: the header has the whole run, the findings the panel's window.
+    assert f'<dt>Requests</dt><dd data-field="steps">{total}' in html
+    assert len(run_evidence(run=Run.objects.get()).steps) == stats.requests
+    assert f"{total} requests" in html and f"{total} steps" not in html  # its process too
 
 
 def test_an_inference_runs_page_shows_requests_not_a_step_time_row(

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
+from perfweb_agent.collectors.found import Found
 from perfweb_agent.core.buffer import Sample
 from perfweb_agent.core.logger import say_once
 
@@ -106,28 +107,25 @@ class HostCollector:
         clock: Callable[[], float] = time.time,
         device: str = "host",
     ) -> None:
-        self._source = source
-        self._resolved = source is not None
+        self._found = Found(source, default_host_source)
         self._clock = clock
         self.device = device
         self._last: tuple[float, float] | None = None
 
     def is_available(self) -> bool:
         """True when some source of host numbers exists."""
-        if not self._resolved:
-            self._source = default_host_source()
-            self._resolved = True
-        return self._source is not None
+        return self._found.get() is not None
 
     def collect(self) -> list[Sample]:
         """Memory every tick; CPU % from the second tick on (a share since the last one)."""
-        if not self.is_available() or self._source is None:
+        source = self._found.get()
+        if source is None:
             return []
         now = self._clock()
         samples: list[Sample] = []
         try:
-            times = self._source.cpu_times()
-            memory = self._source.memory()
+            times = source.cpu_times()
+            memory = source.memory()
         except (OSError, ValueError, IndexError) as exc:
             say_once("host-read", "cannot read host CPU/memory (%s)", exc)
             return []

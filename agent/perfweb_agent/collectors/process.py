@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
+from perfweb_agent.collectors.found import Found
 from perfweb_agent.core.buffer import Sample
 from perfweb_agent.core.logger import say_once
 from perfweb_contract.protocol import DeviceNaming
@@ -272,7 +273,7 @@ class ProcessCollector:
 
     def pids(self) -> set[int]:
         """This process and the children last seen (for NVML per-process memory)."""
-        known = getattr(self._source, "pids", None)
+        known = getattr(self._found.get(), "pids", None)
         return set(known) if known else {os.getpid()}
 
     def __init__(
@@ -281,26 +282,23 @@ class ProcessCollector:
         clock: Callable[[], float] = time.time,
         naming: DeviceNaming | None = None,
     ) -> None:
-        self._source = source
+        self._found = Found(source, default_source)
         self._clock = clock
         self._naming = naming or DeviceNaming()
-        self._resolved = source is not None
         self._sched = ThreadSched(os.getpid())
 
     def is_available(self) -> bool:
         """True when some source of process numbers exists."""
-        if not self._resolved:
-            self._source = default_source()
-            self._resolved = True
-        return self._source is not None
+        return self._found.get() is not None
 
     def collect(self) -> list[Sample]:
         """One sample per metric for `process` and, when there are children, `workers`."""
-        if not self.is_available() or self._source is None:
+        source = self._found.get()
+        if source is None:
             return []
         now = self._clock()
         samples: list[Sample] = []
-        own = self._source.own()
+        own = source.own()
         if own is not None:
             samples += _triplet(self._naming.process(), now, own)
         sched = self._sched.read()
@@ -309,12 +307,12 @@ class ProcessCollector:
                 (self._naming.process(), "process.thread_cpu", now, sched[0]),
                 (self._naming.process(), "process.run_queue_wait", now, sched[1]),
             ]
-        kids = self._source.children()
+        kids = source.children()
         if kids is not None and kids[3] > 0:
             workers = self._naming.workers()
             samples += _triplet(workers, now, kids[:3])
             samples.append((workers, "process.count", now, float(kids[3])))
-            runnable = getattr(self._source, "runnable_children", None)
+            runnable = getattr(source, "runnable_children", None)
             if runnable is not None:
                 samples.append((workers, "process.runnable", now, float(runnable)))
         return samples

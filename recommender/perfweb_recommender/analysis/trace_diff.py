@@ -60,36 +60,29 @@ def diff_rows(
     return sorted(rows, key=lambda r: (-abs(r["delta_us"]), r["name"]))
 
 
+# (the diff's table, the trace table it reads, the time it compares, the count beside it)
+_COMPARED = (
+    ("operators", "operators", "host_self_us", "calls"),
+    ("device_operators", "operators", "device_self_us", "calls"),
+    ("kernels", "kernels", "total_us", "count"),
+)
+
+
 def trace_diff(a: dict[str, Any], b: dict[str, Any], *, top: int = TOP_CHANGES) -> dict[str, Any]:
     """A's and B's `trace_tables` compared: `{"operators": [...], "kernels": [...],
     "counts": {table: {verdict: n}}}`; each table keeps its `top` largest changes that are
     not "same"."""
     a_steps, b_steps = _per_step(a), _per_step(b)
     tables = {
-        "operators": diff_rows(
-            a_rows=a.get("operators", []),
-            b_rows=b.get("operators", []),
-            key="host_self_us",
+        name: diff_rows(
+            a_rows=a.get(source, []),
+            b_rows=b.get(source, []),
+            key=key,
             a_steps=a_steps,
             b_steps=b_steps,
-            count_key="calls",
-        ),
-        "device_operators": diff_rows(
-            a_rows=a.get("operators", []),
-            b_rows=b.get("operators", []),
-            key="device_self_us",
-            a_steps=a_steps,
-            b_steps=b_steps,
-            count_key="calls",
-        ),
-        "kernels": diff_rows(
-            a_rows=a.get("kernels", []),
-            b_rows=b.get("kernels", []),
-            key="total_us",
-            a_steps=a_steps,
-            b_steps=b_steps,
-            count_key="count",
-        ),
+            count_key=count_key,
+        )
+        for name, source, key, count_key in _COMPARED
     }
     counts = {
         name: {

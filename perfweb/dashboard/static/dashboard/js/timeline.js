@@ -423,5 +423,6 @@ window.PerfwebTimeline = (function () {
   return {
     create: create, splice: splice, emptyLines: emptyLines, fromAxis: fromAxis, toAxis: toAxis,
     deviceLabel: deviceLabel, scalarRows: scalarRows, phaseBands: phaseBands, anatomyTraces: anatomyTraces,
+    rowTraces: rowTraces,
   };
 })();
