@@ -9,6 +9,9 @@ nothing of this checkout leaks in) into folders of their own, each installed by 
 each commit's *own* benchmarks, the order alternating between rounds (old new, new old, ...)
 so that drift on a shared host hits both alike:
 
+- `bench/agent_overhead.py --blocks-only`: the in-process A/B, one process alternating blocks
+  of steps with the agent's hooks on and off (ABBA), the 1 Hz agent's slowdown of the median
+  training step in % — the figure a busy host moves least;
 - `bench/agent_overhead.py --skip-micro --modes baseline,agent-1hz`: the 1 Hz agent's median
   step time against a bare run of the same loop, training and inference, as a ratio (the
   bench interleaves its own bare and attached runs);
@@ -17,7 +20,8 @@ so that drift on a shared host hits both alike:
 
 Reported per commit: the median over rounds with min-max; and new against old: for the
 ingest figures the ratio of the medians (1.0 = the same), for the agent's ratios the change
-of its cost (new less old: +0.01 = the agent costs 1% more of a step; 0 = the same).
+of its cost (new less old: +0.01, or +1 for the in-process %, = the agent costs 1% more of a
+step; 0 = the same).
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # what is read from each bench's JSON: name -> (bench, path of keys)
 FIGURES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "training_in_process_1hz_slowdown_pct": ("blocks", ("1hz", "slowdown_pct_median")),
     "training_agent_1hz_ratio": ("overhead", ("agent-1hz", "ratio_to_baseline", "median")),
     "inference_agent_1hz_ratio": (
         "overhead",
@@ -77,6 +82,15 @@ def run_benches(tree: Path, runs: int, steps: int) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PERF_AGENT_", "PERFWEB_"))}
     env["PATH"] = f"{tree / '.venv' / 'bin'}:{env.get('PATH', '')}"
     out = tree / "against-overhead.json"
+    blocks = subprocess.run(
+        [python, "bench/agent_overhead.py", "--blocks-only"],
+        cwd=tree,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stderr
+    (line,) = [line for line in blocks.splitlines() if line.startswith('{"blocks"')]
     subprocess.run(
         [python, "bench/agent_overhead.py", "--skip-micro", "--modes", "baseline,agent-1hz"]
         + ["--runs", str(runs), "--steps", str(steps), "--out", str(out)],
@@ -93,7 +107,11 @@ def run_benches(tree: Path, runs: int, steps: int) -> dict[str, Any]:
         stdout=subprocess.DEVNULL,
     )
     ingest = tree / "bench" / "results" / "ingest-sqlite.json"
-    return {"overhead": json.loads(out.read_text()), "ingest": json.loads(ingest.read_text())}
+    return {
+        "blocks": json.loads(line)["blocks"],
+        "overhead": json.loads(out.read_text()),
+        "ingest": json.loads(ingest.read_text()),
+    }
 
 
 def figures(benches: dict[str, Any]) -> dict[str, float]:
@@ -136,6 +154,8 @@ def main() -> int:
         old, new = summary["old"][name]["median"], summary["new"][name]["median"]
         if name.endswith("_ratio"):  # the agent's cost: new less old, in ratio points
             summary["new_over_old"][name.replace("_ratio", "_cost_change")] = round(new - old, 4)
+        elif name.endswith("_pct"):  # the same, in percentage points
+            summary["new_over_old"][name + "_change"] = round(new - old, 3)
         else:
             summary["new_over_old"][name] = round(new / old, 3)
     summary["config"] = {
