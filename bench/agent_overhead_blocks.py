@@ -1,9 +1,12 @@
 """In-process A/B for bench/agent_overhead.py: agent on/off in alternating blocks of steps.
 
 On a shared, loaded machine, run-to-run noise (tens of %) hides a sub-percent cost. Here one
-process alternates blocks of steps with the agent fully on (its optimizer hook and
-DataLoader wrapper installed, its thread sampling at the given rate) and off (hooks removed,
-sampling paused), so that whatever the neighbours do hits both arms alike.
+process alternates blocks of steps with the agent fully on (its optimizer hooks and every
+torch function or method it wrapped installed: the DataLoader's, the module calls', the
+backward's, `Tensor.to`'s, `zero_grad`'s: the step anatomy's marks included; its thread
+sampling at the given rate) and off (hooks removed, the bare functions back, sampling
+paused), so that whatever the neighbours do hits both arms alike. Which attributes were
+toggled is in the result (`toggled`): each one the agent had replaced after the warm-up.
 """
 
 from __future__ import annotations
@@ -26,16 +29,36 @@ BLOCKS = textwrap.dedent(
 
     interval, blocks, per_block = float(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
     offline = sys.argv[4]
-    bare_next = dl._BaseDataLoaderIter.__next__
+    MISSING = object()
+    model_types = (nn.Sequential, nn.Linear, nn.ReLU)
+
+    def patchable():  # (owner, name) of what the agent may wrap on this loop's path
+        tensor, optimizer = torch.Tensor, torch.optim.Optimizer
+        spots = [(dl._BaseDataLoaderIter, "__next__"), (dl._BaseDataLoaderIter, "__init__"),
+                 (torch.autograd, "backward"), (tensor, "backward"), (tensor, "to"),
+                 (tensor, "cuda"), (tensor, "cpu"), (optimizer, "zero_grad"),
+                 (nn.Module, "zero_grad"), (nn.Module, "__call__")]
+        return spots + [(cls, "__call__") for cls in model_types]
+
+    def own(owner, name):
+        return vars(owner).get(name, MISSING)
+
+    bare = {spot: own(*spot) for spot in patchable()}
     import perfweb_agent
     a = perfweb_agent.attach(offline=offline, interval=interval, profile=False)
-    wrapped_next = dl._BaseDataLoaderIter.__next__
     hook, pre = a.patches._handles[0], a.patches._handles[1]
     post_hook = optim_mod._global_optimizer_post_hooks[hook.id]
     pre_hook = optim_mod._global_optimizer_pre_hooks[pre.id]  # the step anatomy's
+    wrapped = {}  # filled after the warm-up: the module wrappers are installed on first call
 
     def agent_on(on):
-        dl._BaseDataLoaderIter.__next__ = wrapped_next if on else bare_next
+        for (owner, name), value in wrapped.items():
+            chosen = value if on else bare[(owner, name)]
+            if chosen is MISSING:
+                if name in vars(owner):
+                    delattr(owner, name)
+            else:
+                setattr(owner, name, chosen)
         if on:
             optim_mod._global_optimizer_post_hooks[hook.id] = post_hook
             optim_mod._global_optimizer_pre_hooks[pre.id] = pre_hook
@@ -75,6 +98,9 @@ BLOCKS = textwrap.dedent(
 
     for _ in range(100):  # warm-up: allocator, optimizer state, caches
         step()
+    for spot in patchable():
+        if own(*spot) is not bare[spot]:
+            wrapped[spot] = own(*spot)
     agent_on(True)
     cpu0, wall0 = agent_cpu_s(), time.perf_counter()
     for _ in range(200):
@@ -86,7 +112,8 @@ BLOCKS = textwrap.dedent(
         agent_on(on)
         times[on] += [step() for _ in range(per_block)]
     agent_on(True)
-    out = {"agent_thread_cpu_pct_of_a_core": round(100 * agent_cpu_share, 3)}
+    out = {"agent_thread_cpu_pct_of_a_core": round(100 * agent_cpu_share, 3),
+           "toggled": sorted(f"{owner.__name__}.{name}" for owner, name in wrapped)}
     for on, values in times.items():
         out["on" if on else "off"] = {"median_ms": statistics.median(values) * 1e3,
                                        "mean_ms": statistics.fmean(values) * 1e3,

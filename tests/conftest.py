@@ -11,6 +11,7 @@ elsewhere it skips with the reason.
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,9 @@ PASSWORD = "correct horse battery staple"
 # per diagnosis: off in the suite, whose figures are the rules' measured/prior estimates;
 # tests/recommender/test_replay.py turns it on where it is the subject.
 os.environ.setdefault("PERFWEB_REPLAY", "0")
+# What the agents of the suite's runs keep between runs (the CPU's probed peak, a default
+# spill folder) stays in this session's folder, not in the user's ~/.cache.
+os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="perfweb-tests-cache-")
 
 
 def _user(username: str) -> Any:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 from tests.agent.conftest import ROOT, attach, online, write_script
 from tests.agent.fakeserver import FakeServer
@@ -191,3 +194,28 @@ def test_ctrl_c_in_a_terminal_reaches_the_command_once(
     _, status = os.waitpid(pid, 0)
     os.close(master)
     assert os.waitstatus_to_exitcode(status) == 11  # exactly one SIGINT reached the script
+
+
+def test_a_launcher_whose_agent_cannot_start_still_runs_the_command_and_keeps_its_code(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    from perfweb_agent.cli.attach import run_attached
+    from perfweb_agent.core.config import load_settings
+    from perfweb_agent.core.logger import log
+    from perfweb_agent.runtime.agent import Agent
+
+    said: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: said.append(record.getMessage())  # type: ignore[method-assign]
+    monkeypatch.setattr(log, "handlers", [handler])
+
+    def broken_start(self: Agent) -> None:
+        raise RuntimeError("no room for the agent")
+
+    monkeypatch.setattr(Agent, "start", broken_start)
+    script = write_script(tmp_path, "import sys\nprint('ran', flush=True)\nsys.exit(5)\n")
+    settings = load_settings({}, offline=str(tmp_path / "out"), profile=False)
+    command = [sys.executable, "-S", str(script)]  # -S: no agent inside it either
+    assert run_attached(settings, command) == 5
+    assert capfd.readouterr().out == "ran\n"
+    assert any("launcher's agent could not start (no room for the agent)" in m for m in said)

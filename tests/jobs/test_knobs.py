@@ -236,3 +236,21 @@ def test_max_steps_ends_an_attached_run_cleanly_after_n_steps(tmp_path: Path) ->
     assert len(read_step_durations(str(tmp_path))) == 5  # flushed before the exit
     finishes = [json.loads(p.read_text()) for p in tmp_path.rglob("finish.json")]
     assert finishes and all(f["exit_code"] == 0 for f in finishes)
+
+
+def test_a_process_with_no_knob_and_no_ab_round_imports_none_of_the_ab_machinery() -> None:
+    from perfweb_agent.ab import loss_probe, outputs, seed
+
+    assert all(
+        env.startswith(knobs.AB_ROUND_ENV_PREFIX)
+        for env in (seed.ENV_SEED, loss_probe.ENV_LOSS_FILE, outputs.ENV_OUTPUTS_FILE)
+    )
+    code = (
+        "import sys\nfrom perfweb_agent.ab import knobs\n"
+        "assert knobs.apply_from_env({'PATH': '/bin'}) == {}\n"
+        "print(sorted(m for m in sys.modules if m.startswith('perfweb_agent.ab.')))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PERF_AGENT_")}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "['perfweb_agent.ab.knobs']"

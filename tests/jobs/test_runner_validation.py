@@ -16,6 +16,7 @@ import pytest
 from perfweb_agent.ab import ledger
 from perfweb_agent.ab.runner import Refused, validate_job
 from perfweb_agent.cli import ab as abcli
+from perfweb_agent.cli import ab_args
 from perfweb_agent.delivery.transport import Reply
 
 SERVER, TOKEN, HOST = "http://perfweb.example:8000", "pw_secret", "gpu-node-07"
@@ -192,12 +193,12 @@ def test_attach_records_the_command_and_refuses_a_bad_knob(
     monkeypatch.delenv("PERF_AGENT_KNOBS", raising=False)
     settings = SimpleNamespace(online=True, server=SERVER, token=TOKEN, run_id="run-0002")
     args = argparse.Namespace(knob=["threads=2"])
-    assert abcli.prepare_attach(args, settings=settings, command=["python", "t.py"]) is None
+    assert ab_args.prepare_attach(args, settings=settings, command=["python", "t.py"]) is None
     assert os.environ["PERF_AGENT_KNOBS"] == "threads=2"
     entry = ledger.find_entry(server=SERVER, token=TOKEN, run_id="run-0002", path=str(path))
     assert entry is not None and entry.command == ["python", "t.py"]
     args = argparse.Namespace(knob=["threads=many"])
-    assert abcli.prepare_attach(args, settings=settings, command=["python", "t.py"]) == 2
+    assert ab_args.prepare_attach(args, settings=settings, command=["python", "t.py"]) == 2
 
 
 def test_perf_agent_ab_prints_the_documented_json(tmp_path: Path) -> None:

@@ -27,6 +27,9 @@ from perfweb_contract.loaders import FACT_KNOB_LOADER, LOADER_KNOBS
 
 ENV_KNOBS = "PERF_AGENT_KNOBS"
 ENV_MAX_STEPS = "PERF_AGENT_MAX_STEPS"
+# what an A/B round's arm is given besides its knobs (ab/seed.py, ab/loss_probe.py,
+# ab/outputs.py): a process without any of these and without knobs imports none of them
+AB_ROUND_ENV_PREFIX = "PERF_AGENT_AB_"
 
 
 def knobs_from_env(environ: Mapping[str, str] | None = None) -> dict[str, KnobValue]:
@@ -65,6 +68,9 @@ def apply_from_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
         settings = knobs_from_env(environ)
     except KnobError as error:
         return {"*": f"error: {error}"}
+    environ = os.environ if environ is None else environ
+    if not settings and not any(name.startswith(AB_ROUND_ENV_PREFIX) for name in environ):
+        return {}  # not a job's round: nothing of the A/B machinery is imported
     try:
         from perfweb_agent.ab import knobs_torch
         from perfweb_agent.ab import loss_probe as abprobe
@@ -84,11 +90,11 @@ def record_applied(agent: object, environ: Mapping[str, str] | None = None) -> N
     the run (a comparison with the run before the fix) says the agent changed it. Nothing
     when unset; never raises."""
     with contextlib.suppress(Exception):
-        from perfweb_agent.ab import knobs_torch
-
         settings = knobs_from_env(environ)
         facts = getattr(agent, "facts", None)
         if settings and facts is not None:
+            from perfweb_agent.ab import knobs_torch
+
             facts.set(FACT_KNOBS, format_knobs(settings))
             loader = knobs_torch.knob_loader(environ)
             if loader is not None and any(name in settings for name in LOADER_KNOBS):

@@ -1,9 +1,8 @@
-"""The `perf-agent ab` and `perf-agent runner` subcommands, and the attach-time knob checks.
+"""What the `perf-agent ab` and `perf-agent runner` subcommands do.
 
-`agent/perfweb_agent/cli/main.py` registers them with `abcli.register(subparsers)` and
-`verbs.update(abcli.VERBS)`,
-and calls `abcli.prepare_attach(...)` in attach. Also runnable alone:
-`python -m perfweb_agent.cli.ab ab --knob num_workers=4 -- python train.py`.
+Their arguments are in perfweb_agent.cli.ab_args, which `perf-agent`'s parser reads; this
+module, with the A/B engine it imports, is loaded only when one of them runs. Also runnable
+alone: `python -m perfweb_agent.cli.ab ab --knob num_workers=4 -- python train.py`.
 """
 
 from __future__ import annotations
@@ -14,8 +13,8 @@ import os
 import sys
 from typing import Any
 
-from perfweb_agent.ab import knobs, ledger
 from perfweb_agent.ab.engine import AbError, AbPlan, Arm, run_ab
+from perfweb_agent.cli.ab_args import register
 from perfweb_contract.ab.decision import expected_round_sd, resolvable_effect, settle
 from perfweb_contract.ab.presentation import (
     before_after_rows,
@@ -34,96 +33,6 @@ from perfweb_contract.knobs import KnobError, format_knobs, parse_knobs
 from perfweb_contract.verdicts import VERDICT_LABELS
 
 
-def register(sub: Any) -> None:
-    """Add `ab` and `runner` to the `perf-agent` subcommands."""
-    ab = sub.add_parser("ab", help="measure a knob A/B on your own workload")
-    ab.add_argument("--knob", action="append", default=[], metavar="K=V", required=True)
-    ab.add_argument(
-        "--rounds", type=int, default=5, help="interleaved rounds (default 5, at least 2)"
-    )
-    ab.add_argument("--steps", type=int, default=20, help="measured steps per arm (default 20)")
-    ab.add_argument(
-        "--warmup",
-        type=int,
-        default=3,
-        help="steps left out per arm at least; more until the step time settles (default 3)",
-    )
-    ab.add_argument(
-        "--max-rounds",
-        type=int,
-        default=20,
-        help="add rounds while the verdict is inconclusive, up to this many (20)",
-    )
-    ab.add_argument(
-        "--time-budget",
-        type=float,
-        default=1800.0,
-        metavar="SECONDS",
-        help="start no extra round that would end past this (default 1800)",
-    )
-    ab.add_argument(
-        "--agreement-top1",
-        type=float,
-        default=AGREEMENT_TOP1_MIN,
-        metavar="FRACTION",
-        help="inference: least top-1 agreement of the outputs a faster fix keeps (0.99)",
-    )
-    ab.add_argument(
-        "--agreement-rtol",
-        type=float,
-        default=AGREEMENT_RTOL,
-        metavar="R",
-        help="inference: largest output difference relative to the output's scale (1e-2)",
-    )
-    ab.add_argument("--format", choices=("text", "json"), default="text")
-    ab.add_argument("--quiet", action="store_true", help="no per-round lines on stderr")
-    ab.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
-
-    runner = sub.add_parser("runner", help="take optimisation jobs for this host")
-    runner.add_argument("--server", help="perfweb URL (env PERF_AGENT_SERVER)")
-    runner.add_argument("--token", help="project token (env PERF_AGENT_TOKEN)")
-    runner.add_argument("--poll", type=float, default=5.0, help="seconds between polls")
-    runner.add_argument("--once", action="store_true", help="exit after one job")
-
-
-def add_attach_options(attach: argparse.ArgumentParser) -> None:
-    """`--knob K=V` (repeatable) on `perf-agent attach`."""
-    attach.add_argument(
-        "--knob",
-        action="append",
-        default=[],
-        metavar="K=V",
-        help="apply a fix from the closed list (see docs/jobs.md)",
-    )
-
-
-def prepare_attach(args: argparse.Namespace, *, settings: Any, command: list[str]) -> int | None:
-    """Check knobs and the step limit before the script starts; record the command.
-
-    Returns 2 after one line on stderr when a knob or PERF_AGENT_MAX_STEPS is bad, else None.
-    `--knob` options join PERF_AGENT_KNOBS (which the script's processes inherit).
-    """
-    try:
-        settings_now = knobs.knobs_from_env()
-        given = parse_knobs(list(getattr(args, "knob", None) or []))
-        knobs.max_steps_from_env()
-    except KnobError as error:
-        sys.stderr.write(f"perf-agent attach: {error}\n")
-        return 2
-    merged = {**settings_now, **given}
-    if merged:
-        os.environ[knobs.ENV_KNOBS] = format_knobs(merged)
-    if getattr(settings, "online", False):
-        ledger.safe_record(
-            server=settings.server,
-            token=settings.token,
-            run_id=settings.run_id,
-            command=list(command),
-            cwd=os.getcwd(),
-        )
-    return None
-
-
 def ab_main(args: argparse.Namespace) -> int:
     """`perf-agent ab`: run the A/B and print the comparison."""
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -136,8 +45,8 @@ def ab_main(args: argparse.Namespace) -> int:
             warmup=args.warmup,
             max_rounds=max(args.rounds, args.max_rounds),
             time_budget_s=args.time_budget,
-            agreement_top1=args.agreement_top1,
-            agreement_rtol=args.agreement_rtol,
+            agreement_top1=_given(args.agreement_top1, AGREEMENT_TOP1_MIN),
+            agreement_rtol=_given(args.agreement_rtol, AGREEMENT_RTOL),
         )
     except (KnobError, AbError) as error:
         sys.stderr.write(f"perf-agent ab: {error}\n")
@@ -174,6 +83,10 @@ def ab_main(args: argparse.Namespace) -> int:
     else:
         print(format_text(result, plan))
     return 0
+
+
+def _given(value: float | None, default: float) -> float:
+    return default if value is None else value
 
 
 def plan_sentence(plan: AbPlan, arms: list[Arm]) -> str:

@@ -1,4 +1,8 @@
-"""The `perf-agent` command: attach, upload, doctor, ab, runner."""
+"""The `perf-agent` command: attach, upload, doctor, ab, runner.
+
+Each verb's module is imported when that verb runs, not before: `perf-agent attach` starts
+the user's script after reading only its arguments and settings (perfweb_agent.cli.attach).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,7 @@ import argparse
 import os
 import sys
 
-from perfweb_agent.cli import ab as abcli
+from perfweb_agent.cli import ab_args
 from perfweb_agent.core.config import load_settings
 from perfweb_contract import protocol
 
@@ -30,7 +34,7 @@ def _parser() -> argparse.ArgumentParser:
         help="seconds to wait for the server's answer (default 15; a slower server doubles "
         "it, up to 120; env PERF_AGENT_HTTP_TIMEOUT)",
     )
-    abcli.add_attach_options(attach)
+    ab_args.add_attach_options(attach)
     attach.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
 
     upload = sub.add_parser("upload", help="send an offline or spill directory to a server")
@@ -45,7 +49,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     doctor.add_argument("--server")
     doctor.add_argument("--token")
-    abcli.register(sub)
+    ab_args.register(sub)
     return parser
 
 
@@ -69,7 +73,7 @@ def _attach(args: argparse.Namespace) -> int:
     if not settings.online and not settings.offline:
         sys.stderr.write("perf-agent attach: give --server and --token, or --offline DIR\n")
         return 2
-    refused = abcli.prepare_attach(args, settings=settings, command=command)
+    refused = ab_args.prepare_attach(args, settings=settings, command=command)
     if refused is not None:
         return refused
     if settings.offline:
@@ -107,11 +111,25 @@ def _doctor(args: argparse.Namespace) -> int:
     return 1 if report.server_failed else 0
 
 
+def _ab(args: argparse.Namespace) -> int:
+    from perfweb_agent.cli import ab
+
+    return ab.ab_main(args)
+
+
+def _runner(args: argparse.Namespace) -> int:
+    from perfweb_agent.cli import ab
+
+    return ab.runner_main(args)
+
+
+VERBS = {"attach": _attach, "upload": _upload, "doctor": _doctor, "ab": _ab, "runner": _runner}
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `perf-agent` console script."""
     args = _parser().parse_args(argv)
-    verbs = {"attach": _attach, "upload": _upload, "doctor": _doctor, **abcli.VERBS}
-    return verbs[args.verb](args)
+    return VERBS[args.verb](args)
 
 
 if __name__ == "__main__":

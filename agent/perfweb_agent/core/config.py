@@ -32,6 +32,8 @@ ENV_PROFILE_WARMUP = "PERF_AGENT_PROFILE_WARMUP_STEPS"
 # they cost memory, so an operator-heavy loop's window is cut sooner by its RSS budget)
 ENV_PROFILE_SHAPES = "PERF_AGENT_PROFILE_SHAPES"
 ENV_FLOPS = "PERF_AGENT_FLOPS"  # 0: no FLOPs count of one step, no CPU peak probe
+# where the agent keeps what it measured of this host (the CPU's peak, runtime/flops.py)
+ENV_CACHE_DIR = "PERF_AGENT_CACHE_DIR"
 ENV_PROFILE_EVERY = "PERF_AGENT_PROFILE_EVERY_S"
 ENV_PROFILE_STEPS = "PERF_AGENT_PROFILE_STEPS"
 ENV_PROFILE_MAX_MB = "PERF_AGENT_PROFILE_MAX_MB"
@@ -59,6 +61,7 @@ class Settings:
     max_buffered_samples: int = 200_000  # beyond this, new samples are dropped and counted
     max_outbox_batches: int = 32  # batches held in memory before spilling to disk
     spill_dir: str | None = None
+    cache_dir: str | None = None  # default: $XDG_CACHE_HOME/perf-agent
     spill_max_bytes: int = 256 * 1024 * 1024
     heartbeat_after: float = 10.0
     http_timeout: float = DEFAULT_HTTP_TIMEOUT  # seconds; a slower server doubles it, to 120
@@ -82,10 +85,14 @@ class Settings:
 
     def effective_spill_dir(self) -> str:
         """Where batches wait while the server is unreachable."""
-        if self.spill_dir:
-            return self.spill_dir
+        return self.spill_dir or os.path.join(self.effective_cache_dir(), "spill")
+
+    def effective_cache_dir(self) -> str:
+        """Where the agent keeps what it measured of this host between runs."""
+        if self.cache_dir:
+            return self.cache_dir
         base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        return os.path.join(base, "perf-agent", "spill")
+        return os.path.join(base, "perf-agent")
 
 
 def parse_tags(items: Any) -> dict[str, str]:
@@ -145,6 +152,7 @@ def load_settings(env: Mapping[str, str] | None = None, **overrides: Any) -> Set
         "interval": _env_float(env, ENV_INTERVAL, 1.0),
         "flush_interval": _env_float(env, ENV_FLUSH_INTERVAL, 5.0),
         "spill_dir": env.get(ENV_SPILL_DIR) or None,
+        "cache_dir": env.get(ENV_CACHE_DIR) or None,
         "spill_max_bytes": int(_env_float(env, ENV_SPILL_MAX_MB, 256.0) * 1024 * 1024),
         "max_buffered_samples": int(_env_float(env, ENV_MAX_BUFFERED, 200_000)),
         "exit_deadline": _env_float(env, ENV_EXIT_DEADLINE, 5.0),
@@ -176,6 +184,8 @@ def load_settings(env: Mapping[str, str] | None = None, **overrides: Any) -> Set
         settings = replace(settings, offline=os.path.abspath(os.fspath(settings.offline)))
     if settings.spill_dir:
         settings = replace(settings, spill_dir=os.path.abspath(settings.spill_dir))
+    if settings.cache_dir:
+        settings = replace(settings, cache_dir=os.path.abspath(settings.cache_dir))
     return settings
 
 
@@ -196,6 +206,7 @@ def settings_env(settings: Settings) -> dict[str, str]:
         ENV_OFFLINE: settings.offline,
         ENV_NAME: settings.name,
         ENV_SPILL_DIR: settings.spill_dir,
+        ENV_CACHE_DIR: settings.cache_dir,
         ENV_TAGS: format_tags(settings.tags) if settings.tags else None,
     }
     env.update({k: v for k, v in optional.items() if v})

@@ -8,13 +8,26 @@ forward, backward and optimizer, as torch counts them) and `flops.step`.
 
 On a CPU run `cpu_peak` measures what this host's cores reach on a large float32 matmul at
 the run's thread count (`cpu.peak_flops`, `cpu.peak_threads`): at exit, after the script's
-last step (~0.1 s), so it disturbs no step of the script. The recommender
+last step, so it disturbs no step of the script. The recommender
 turns these into achieved FLOP/s and model FLOP utilisation
 (recommender/perfweb_recommender/compute.py).
+
+The probe takes 0.1-0.4 s, which is 1-4% of a 10 s script (and of every round of an A/B
+job), so `host_peak` keeps what it measured in a small file per host (`PeakCache`: the CPU
+model, the cores the process may use, the thread count, torch's version) and a run shorter
+than PROBE_ANYWAY_AFTER_S reuses an entry younger than PEAK_CACHE_TTL_S instead of probing.
+A probe's figure is what the cores gave the probe at that moment, which a busy neighbour
+lowers, and the steps it is compared with are slowed alike; so the cache holds the figure
+with the probe's own wait for a CPU taken out (its thread's run-queue wait, from
+/proc/thread-self/schedstat), and a run that reuses it gets it back at the share of the
+CPU its own thread had through the run: `cpu.peak_flops` means the same either way.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
@@ -26,6 +39,10 @@ COUNT_STEP = 2  # the third step: past lazy initialisation, inside the warm-up l
 PROBE_MIN_SIZE = 512  # n of the probe's first n x n float32 matmul (2 n^3 FLOPs)
 PROBE_MAX_SIZE = 2048
 PROBE_MATMUL_S = 0.02  # the probe's matmul grows until one takes this long
+PEAK_CACHE_FILE = "cpu_peak.json"
+PEAK_CACHE_TTL_S = 7 * 24 * 3600.0  # an entry older than this is probed again
+PROBE_ANYWAY_AFTER_S = 60.0  # a run this long probes (<= ~0.5% of it) and refreshes the entry
+LEAST_CPU_SHARE = 0.05  # a share of the CPU below this is not scaled by (a broken reading)
 
 
 class StepFlops:
@@ -128,3 +145,116 @@ def cpu_peak(torch: Any) -> dict[str, Any]:
         "cpu.peak_threads": torch.get_num_threads(),
         "cpu.peak_size": n,
     }
+
+
+def thread_wait_share(before: tuple[int, int] | None, after: tuple[int, int] | None) -> float:
+    """The share of its runnable time a thread waited for a CPU between two schedstat
+    readings (0.0 when either is missing)."""
+    if before is None or after is None:
+        return 0.0
+    ran, waited = after[0] - before[0], after[1] - before[1]
+    return waited / (ran + waited) if ran > 0 and waited >= 0 else 0.0
+
+
+def thread_schedstat() -> tuple[int, int] | None:
+    """(ns on a CPU, ns waiting on a run queue) of the calling thread since it started."""
+    try:
+        with open("/proc/thread-self/schedstat") as handle:
+            ran, waited = handle.read().split()[:2]
+        return int(ran), int(waited)
+    except (OSError, ValueError):
+        return None
+
+
+class PeakCache:
+    """Probed CPU peaks, one JSON file per user (`PERF_AGENT_CACHE_DIR`): per key, the peak
+    with the probe's run-queue wait taken out, the matmul size and when it was probed.
+    Unreadable or unwritable, it is empty and the run probes: a cache never fails a run."""
+
+    def __init__(self, directory: str, clock: Callable[[], float] = time.time) -> None:
+        self.path = os.path.join(directory, PEAK_CACHE_FILE)
+        self._clock = clock
+
+    def fresh(self, key: str) -> dict[str, Any] | None:
+        """The entry for `key` if it was probed less than PEAK_CACHE_TTL_S ago."""
+        entry = self._entries().get(key)
+        if not isinstance(entry, dict):
+            return None
+        try:
+            age = self._clock() - float(entry["probed_at"])
+            usable = float(entry["free_flops"]) > 0 and int(entry["size"]) > 0
+        except (KeyError, TypeError, ValueError):
+            return None
+        return entry if usable and 0 <= age < PEAK_CACHE_TTL_S else None
+
+    def store(self, key: str, free_flops: float, size: int) -> None:
+        """Keep a probe's figure (the higher of it and a fresh entry's: a peak)."""
+        kept = self.fresh(key)
+        if kept is not None and float(kept["free_flops"]) >= free_flops:
+            return
+        entries = self._entries()
+        entries[key] = {"free_flops": free_flops, "size": size, "probed_at": self._clock()}
+        try:
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            fd, temporary = tempfile.mkstemp(dir=os.path.dirname(self.path), suffix=".tmp")
+            with os.fdopen(fd, "w") as handle:
+                json.dump({"entries": entries}, handle)
+            os.replace(temporary, self.path)  # readers see the old file or the new, whole
+        except OSError as exc:
+            say_once("peak-cache", "cannot keep the CPU's peak in %s: %s", self.path, exc)
+
+    def _entries(self) -> dict[str, Any]:
+        try:
+            with open(self.path) as handle:
+                entries = json.load(handle).get("entries")
+        except (OSError, ValueError, AttributeError):
+            return {}
+        return entries if isinstance(entries, dict) else {}
+
+
+def peak_key(torch: Any) -> str:
+    """What a probed peak depends on: the CPU, the cores this process may use, the thread
+    count and torch's build (its matmul kernels)."""
+    model = ""
+    try:
+        with open("/proc/cpuinfo") as handle:
+            model = next(
+                (line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")),
+                "",
+            )
+    except OSError:
+        pass
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 0
+    threads = torch.get_num_threads()
+    return f"{model or 'cpu'}|cores={cores}|threads={threads}|torch={torch.__version__}"
+
+
+def host_peak(
+    torch: Any,
+    cache: PeakCache,
+    *,
+    run_s: float,
+    run_sched: tuple[tuple[int, int] | None, tuple[int, int] | None] = (None, None),
+    probe: Callable[[Any], dict[str, Any]] = cpu_peak,
+) -> dict[str, Any]:
+    """The facts of the CPU's peak for this run: from a fresh cache entry, scaled to the
+    share of the CPU the run's thread had (`run_sched`: its schedstat at start and now), when
+    the run was shorter than PROBE_ANYWAY_AFTER_S; else probed now, and kept."""
+    key = peak_key(torch)
+    entry = cache.fresh(key) if run_s < PROBE_ANYWAY_AFTER_S else None
+    if entry is not None:
+        share = max(1.0 - thread_wait_share(*run_sched), LEAST_CPU_SHARE)
+        return {
+            "cpu.peak_flops": float(entry["free_flops"]) * share,
+            "cpu.peak_threads": torch.get_num_threads(),
+            "cpu.peak_size": int(entry["size"]),
+            "cpu.peak_probed_at": float(entry["probed_at"]),
+        }
+    before = thread_schedstat()
+    facts = probe(torch)
+    share = max(1.0 - thread_wait_share(before, thread_schedstat()), LEAST_CPU_SHARE)
+    cache.store(key, float(facts["cpu.peak_flops"]) / share, int(facts["cpu.peak_size"]))
+    return facts
