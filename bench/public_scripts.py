@@ -365,6 +365,8 @@ def _mask(text: str, case: dict[str, Any]) -> str:
     """
     if case.get("unseeded"):
         return re.sub(r"[-+]?\d[\d.e+-]*", "<n>", text)
+    for pattern, replacement in case.get("masks", ()):  # the case's own timing lines
+        text = re.sub(pattern, replacement, text)
     text = re.sub(r"(time:?\s*)[\d.]+\s*s", r"\1<t>s", text)
     text = re.sub(r"((?:Time|Data)\s+)[\d.]+ \(\s*[\d.]+\)", r"\1<t>", text)  # imagenet
     return re.sub(r"(ms/batch\s*)[\d.]+", r"\1<t>", text)
@@ -376,7 +378,8 @@ def _run(case: dict[str, Any], *, agent_dir: Path | None) -> dict[str, Any]:
         cmd = [PERF_AGENT, "attach", "--offline", str(agent_dir), "--", *cmd]
     # time_sequence_prediction saves numpy arrays with torch.save, which torch >= 2.6 loads
     # only with weights_only off: set for both arms alike, the script stays unchanged.
-    env = dict(os.environ, PYTHONPATH=str(ROOT), TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD="1")
+    path = os.pathsep.join([*case.get("pythonpath", ()), str(ROOT)])  # a repo's own package
+    env = dict(os.environ, PYTHONPATH=path, TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD="1")
     start = time.perf_counter()
     # SIGINT at its default (a shell's background job starts with it ignored), as a
     # terminal's user has it; both arms alike.
@@ -430,6 +433,7 @@ def _summary(report: dict[str, Any]) -> dict[str, Any]:
         "kind": run.get("kind"),
         "steps_source": run.get("steps_source"),
         "counted": run.get("requests") if run.get("kind") == "inference" else run.get("steps"),
+        "served": (run.get("served") or {}).get("requests", 0),  # after the last step
         "ranks": run.get("ranks"),
         "traces": cov.get("traces"),
         "verdict": cov.get("verdict"),
@@ -439,6 +443,8 @@ def _summary(report: dict[str, Any]) -> dict[str, Any]:
 
 
 def _actual_count(case: dict[str, Any], stdout: str) -> int | None:
+    if "count_lines" in case:  # one line the script prints per step it ran
+        return len(re.findall(case["count_lines"], stdout, re.M))
     if case["name"] == "regression":
         match = re.search(r"after (\d+) batches", stdout)
         return int(match.group(1)) if match else None
@@ -558,6 +564,7 @@ def _bench_case(case: dict[str, Any], work: Path, *, runs: int) -> dict[str, Any
         "expected": {**case["expect"], "count": actual},
         **summary,
         "count_right": actual is None or summary["counted"] == actual,
+        "served_right": summary["served"] == case["expect"].get("served", summary["served"]),
         "wall_bare_s": _stats(bare_s),
         "wall_attached_s": _stats(att_s),
         "overhead": statistics.median(att_s) / statistics.median(bare_s),
@@ -571,28 +578,36 @@ def _stats(xs: list[float]) -> dict[str, float]:
 
 
 def markdown(result: dict[str, Any]) -> str:
-    lines = [
+    header = (
         f"pytorch/examples `{result['examples_commit'][:12]}`, {result['date']}, torch "
         f"{result['torch']}"
         + (f", torchvision {result['torchvision']}" if result.get("torchvision") else "")
         + f", {result['cpus']} CPUs, load {result['load'][0]:.1f}, "
-        f"{result['runs']} runs each (median, min-max).",
-        "",
+        f"{result['runs']} runs each (median, min-max)."
+    )
+    return header + "\n\n" + table(result["scripts"])
+
+
+def table(scripts: list[dict[str, Any]]) -> str:
+    """The Markdown table of the scripts' rows."""
+    lines = [
         "| script | exit bare/attached | stdout same | counted / ran | source | kind | ranks "
         "| traces | coverage | top finding | wall bare s | wall attached s | overhead |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for s in result["scripts"]:
+    for s in scripts:
         if s["status"] != "run":
             lines.append(f"| {s['name']} | not run: {s['why']} |" + " |" * 11)
             continue
         wb, wa = s["wall_bare_s"], s["wall_attached_s"]
         ran = s["expected"]["count"]
         top = s["top_findings"][0] if s["top_findings"] else "none"
+        served = s["expected"].get("served")  # requests served after training, where expected
+        also = "" if served is None else f"; served {s.get('served')} / {served}"
         lines.append(
             f"| {s['name']} | {s['rc_bare']}/{s['rc_attached']} | "
             f"{'yes' if s['stdout_identical'] else 'NO'} | {s['counted']} / "
-            f"{ran if ran is not None else '?'} | {s['steps_source']} | {s['kind']} | "
+            f"{ran if ran is not None else '?'}{also} | {s['steps_source']} | {s['kind']} | "
             f"{s['ranks']} | {s['traces']} | {s['verdict']} | {top} | "
             f"{wb['median']:.2f} ({wb['min']:.2f}-{wb['max']:.2f}) | "
             f"{wa['median']:.2f} ({wa['min']:.2f}-{wa['max']:.2f}) | {s['overhead']:.2f}x |"

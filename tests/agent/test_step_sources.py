@@ -130,3 +130,24 @@ def test_a_listener_that_removes_itself_never_hides_the_next_one_from_that_bound
         clock.now += 1.0
         timer.optimizer_stepped(optimizer)
     assert seen == [1, 2, 3, 4, 5] and timer.listeners == [seen.append]
+
+
+def test_calls_inside_a_frameworks_evaluation_after_training_are_no_requests_served() -> None:
+    timer, buffer, clock, _ = _timer()
+    optimizer = object()
+    for _ in range(2):
+        clock.now += 1.0
+        timer.optimizer_stepped(optimizer)
+    timer.evaluation_started()  # the trainer's last evaluation, after its last step
+    for _ in range(3):
+        started = clock.now
+        clock.now += 0.1
+        timer.module_called(started)
+    timer.evaluation_ended()
+    for _ in range(2):  # then the script serves
+        started = clock.now
+        clock.now += 0.2
+        timer.module_called(started)
+    assert (timer.source, len(buffer)) == ("optimizer", 2)
+    assert timer.after_training.count == 2
+    assert [round(seconds, 6) for _, seconds, _ in timer.after_training.calls] == [0.2, 0.2]

@@ -281,6 +281,36 @@ for i in range(10):
     classify(f"w{i} w{i + 1} w{i + 2}")
 print("done", trainer.state.global_step)
 """,
+    # Lightning's fit of a LightningModule with a validation loop: 2 sanity-check batches
+    # before the first optimizer step, 4 after each epoch's 8 steps (the last after the last
+    # step), and nothing served.
+    "lightning_fit_with_validation": """
+import torch
+import lightning as L
+from torch.utils.data import DataLoader, TensorDataset
+
+class Tiny(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(8, 2)
+    def forward(self, x):
+        return self.layer(x)
+    def training_step(self, batch, batch_idx):
+        return self(batch[0]).sum()
+    def validation_step(self, batch, batch_idx):
+        self(batch[0])
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+def loader(n):
+    return DataLoader(TensorDataset(torch.randn(n, 8)), batch_size=2)
+
+trainer = L.Trainer(max_epochs=2, accelerator="cpu", devices=1, logger=False,
+                    enable_checkpointing=False, enable_progress_bar=False,
+                    enable_model_summary=False)
+trainer.fit(Tiny(), loader(16), loader(8))
+print("done", trainer.global_step)
+""",
     # A run that dies while importing what it needs: exit code 1, one error line.
     "crash_at_import": """
 import torch
@@ -307,3 +337,12 @@ def record(name: str, folder: Path) -> Recorded:
     return Recorded(
         offline=offline, returncode=done.returncode, stdout=done.stdout, stderr=done.stderr
     )
+
+
+# The Trainer then a pipeline, evaluating after each epoch: its last evaluation (3 batches of 8)
+# follows the last optimizer step, before the pipeline's 10 calls.
+SCRIPTS["hf_train_evaluate_then_pipeline"] = (
+    SCRIPTS["hf_train_then_pipeline"]
+    .replace("disable_tqdm=True)", 'disable_tqdm=True, eval_strategy="epoch")')
+    .replace("train_dataset=Tiny())", "train_dataset=Tiny(), eval_dataset=Tiny())")
+)

@@ -251,3 +251,24 @@ def test_a_hugging_face_trainer_then_a_pipeline_gets_its_steps_and_its_requests(
     assert report.run["steps"] == 6  # the Trainer's global steps, exactly
     assert report.run["served"]["requests"] == 10  # each pipeline call
     assert "10 requests after the last optimizer step" in render_text(report)
+
+
+def test_the_trainers_last_evaluation_is_not_counted_as_requests_served(recorded: Any) -> None:
+    # Trainer.evaluate after the last optimizer step calls the model in eval(), without
+    # grad, as the pipeline does: only the pipeline's calls are requests.
+    run = recorded("hf_train_evaluate_then_pipeline")
+    assert (run.returncode, run.stdout) == (0, "done 6\n"), run.stderr[-2000:]
+    report = analyze_path(run.offline)
+    assert report.run["steps"] == 6
+    assert report.run["served"]["requests"] == 10  # the pipeline's calls, not the eval's 3
+    assert report.coverage is not None and report.coverage.served_after_training == 10
+
+
+def test_a_lightning_fit_whose_validation_ends_it_serves_no_requests(recorded: Any) -> None:
+    run = recorded("lightning_fit_with_validation")
+    assert (run.returncode, run.stdout) == (0, "done 16\n"), run.stderr[-2000:]
+    report = analyze_path(run.offline)
+    assert report.run["kind"] == "training" and report.run["steps"] == 16  # 8 an epoch
+    assert report.run["served"] is None  # its last validation pass is no serving
+    assert report.coverage is not None and report.coverage.served_after_training == 0
+    assert "Requests after training:" not in render_text(report)

@@ -507,6 +507,20 @@ def test_kv_cache_gain_is_the_fitted_cost_of_one_position(make_summary) -> None:
     assert REGISTRY["inference.kv_cache"].func(flat(make_summary)) is None
 
 
+def test_kv_cache_in_a_training_runs_evaluation_gains_its_share_of_the_steps(make_summary) -> None:  # noqa: ANN001, E501
+    """A trainer's callback that samples between steps (minGPT's adder): the cache saves
+    96 x 1.95 ms of decoding, a share of the run's 100 s of steps, not 1 - cached/now."""
+    steps = [StepSample(0, i, 1000.0 + i, 1.0, 0.0) for i in range(100)]
+    training = _with(
+        POSITIVE["inference.kv_cache"], facts={"workload.kind": "training"}, steps=steps
+    )
+    found = REGISTRY["inference.kv_cache"].func(training(make_summary))
+    assert found is not None
+    now, cached = 1e-3 + 50e-6 * 40, 1e-3 + 50e-6
+    assert found.estimated_gain == pytest.approx(96 * (now - cached) / 100.0)
+    assert "in a training run" in found.gain_basis
+
+
 def test_on_a_busy_host_a_runnable_worker_is_starved_not_waiting_on_io(make_summary) -> None:  # noqa: ANN001
     """A worker that gets 5% of a core on a saturated host but is runnable all along waits
     for a core: the loader is CPU-bound, and more workers cannot help."""

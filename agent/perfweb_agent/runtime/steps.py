@@ -108,6 +108,9 @@ class StepTimer:
         self.wake_on_training: Callable[[], bool] | None = None
         # eval-mode calls of the model since the last training step (runtime/served.py)
         self.after_training = AfterTraining()
+        # inside a framework's evaluation loop (runtime/eval_loops.py): its calls are no
+        # requests served after training
+        self.evaluating = 0
         self._forked_at: float | None = None
 
     @property
@@ -167,6 +170,14 @@ class StepTimer:
         if self.active:
             self.event(MODULE, started=started)
 
+    def evaluation_started(self) -> None:
+        """A framework's evaluation loop begins (they may nest: a test inside a fit)."""
+        self.evaluating += 1
+
+    def evaluation_ended(self) -> None:
+        """The evaluation loop that began last ended."""
+        self.evaluating = max(0, self.evaluating - 1)
+
     def fetch_started(self) -> None:
         """A DataLoader `__next__` begins: it ends the step of the previous batch."""
         if self._fetch_open and self.active:
@@ -196,7 +207,12 @@ class StepTimer:
         rank = PREFERENCE[source]
         current = self.source
         if current is not None and rank > PREFERENCE[current]:
-            if source == MODULE and started is not None and current in (OPTIMIZER, BACKWARD):
+            if (
+                source == MODULE
+                and started is not None
+                and current in (OPTIMIZER, BACKWARD)
+                and not self.evaluating
+            ):
                 self._called_after_training(started)
             return
         if current is not None or source in (MANUAL, OPTIMIZER):

@@ -17,6 +17,7 @@ from perfweb_agent.core.logger import say_once
 from perfweb_agent.runtime import anatomy as phases
 from perfweb_agent.runtime import setup_patches
 from perfweb_agent.runtime.accumulation import AccumulationWatch
+from perfweb_agent.runtime.eval_loops import EvaluationLoops
 from perfweb_agent.runtime.loader_stats import LoaderStats
 from perfweb_agent.runtime.modules import ModuleWatch, leading_dimension
 from perfweb_agent.runtime.setup_patches import guard as _guard
@@ -344,6 +345,7 @@ class TorchPatches:
         agent/perfweb_agent/runtime/modules.py)."""
         self._module_watch = ModuleWatch(torch, self.timer, facts=self.facts)
         self._module_watch.install()
+        EvaluationLoops(self.timer).install()  # a trainer's evaluation is no request served
 
     def _autocast(self, torch: Any) -> None:
         setup_patches.autocast(torch, self.facts)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from perfweb_recommender.evidence import RunEvidence
 from perfweb_recommender.rules.base import Evidence, Finding, Fix, finding, rule
+from perfweb_recommender.rules.inference import is_inference
 from perfweb_recommender.rules.signals import numeric_fact
 
 GROWING_CALLS_MIN = 16  # calls whose input grew by one position: a decoding loop
@@ -35,6 +36,10 @@ def inference_kv_cache(evidence: RunEvidence) -> Finding | None:
     earlier position for each new token — the work of a sequence grows with its square.
     With a KV cache each call processes the new token only.
 
+    In a training run the decoding is an evaluation between the steps (a trainer's callback
+    that samples): the gain is what the cache saves of the whole run's step time, not of one
+    decoding call.
+
     Fix: cache keys and values: `use_cache=True` for Hugging Face `generate`; in a
     hand-written decoder keep each layer's past keys and values and call the model with the
     new token only.
@@ -48,7 +53,15 @@ def inference_kv_cache(evidence: RunEvidence) -> Finding | None:
     cached = fixed + slope  # one new position per call
     if slope <= 0 or cached <= 0 or now < CONTEXT_GROWTH_MIN * cached:
         return None
-    gain = 1 - cached / now
+    gain, share = 1 - cached / now, ""
+    if not is_inference(evidence):  # an evaluation's decoding between training steps
+        steps_s = sum(step.duration_s for step in evidence.steps)
+        saved_s = calls * (now - cached)
+        gain = min(gain, saved_s / steps_s) if steps_s > 0 else 0.0
+        share = (
+            f"; in a training run: {saved_s:.2f} s saved of its {steps_s:.2f} s of steps "
+            "(the decoding is an evaluation between them)"
+        )
     return finding(
         "inference.kv_cache",
         title=f"Each generated token re-runs the whole context (mean {length:.0f} positions): "
@@ -57,7 +70,7 @@ def inference_kv_cache(evidence: RunEvidence) -> Finding | None:
         gain=gain,
         basis=f"measured: a line through the fastest of {calls:g} decoding calls at each "
         f"context length ({slope * 1e6:.1f} µs per position + {fixed * 1e3:.2f} ms); with a "
-        "cache each call costs its one-position value",
+        f"cache each call costs its one-position value{share}",
         evidence=[
             Evidence("decoding calls one position longer than the last", calls, "calls", "facts"),
             Evidence("mean context length", length, "positions", "facts"),
