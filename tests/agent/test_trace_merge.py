@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -133,3 +136,14 @@ def test_the_helper_reports_a_segment_that_is_not_a_trace(tmp_path: Path) -> Non
         merge_in_helper(
             [Segment(str(broken), 0.0)], str(tmp_path / "o.json.gz"), max_json_bytes=10**6, name="w"
         )
+
+
+def test_the_helper_runs_behind_the_job_s_own_threads(tmp_path: Path) -> None:
+    from perfweb_agent.runtime import trace_merge
+
+    segment = _segment(tmp_path, "a", [_op("aten::add", 100.0)])
+    command = [sys.executable, "-I", "-S", trace_merge.__file__, "--out", str(tmp_path / "o.gz")]
+    command += ["--max-json-bytes", "1000000", "--name", "w", "--segment", f"0.0:{segment}"]
+    done = subprocess.run(command, capture_output=True, text=True, check=True)
+    expected = min(os.nice(0) + trace_merge.HELPER_NICENESS, 19)
+    assert json.loads(done.stdout)["niceness"] == expected

@@ -125,3 +125,30 @@ def test_compiled_inference_is_not_told_to_compile(make_summary) -> None:  # noq
         facts=facts, steps=_steps(), traces=[make_summary(compile={"compiled_regions": 4})]
     )
     assert REGISTRY["inference.compile_runtime"].func(compiled) is None
+
+
+def _dispatch_bound(make_summary, *, exit_code: int | None, steps: int) -> RunEvidence:  # noqa: ANN001
+    """A CPU trace of 1,000 tiny operators per 10 ms step, and `steps` steps of 10 ms."""
+    trace = make_summary(
+        launch={"kernels": 0},
+        cpu_ops={"ops_per_step": 1000.0, "median_op_us": 3.0},
+    )
+    return RunEvidence(traces=[trace], steps=_steps(duration=0.01)[:1] * steps, exit_code=exit_code)
+
+
+def test_tiny_cpu_operators_get_a_prior_gain_and_torch_compile(make_summary) -> None:  # noqa: ANN001
+    found = REGISTRY["launch.overhead"].func(
+        _dispatch_bound(make_summary, exit_code=None, steps=40)
+    )
+    assert found is not None and found.fix.knob == "compile=default"
+    assert found.prior and found.gain_basis.startswith("prior: 5 µs"), found.gain_basis
+    long_run = _dispatch_bound(make_summary, exit_code=0, steps=10_000)  # 100 s of steps
+    assert REGISTRY["launch.overhead"].func(long_run).fix.knob == "compile=default"
+
+
+def test_a_run_too_short_to_pay_back_torch_compile_is_not_told_to_compile(make_summary) -> None:  # noqa: ANN001
+    # nanoGPT's shape (docs/public_scripts.md): 40 steps, then the run ended
+    found = REGISTRY["launch.overhead"].func(_dispatch_bound(make_summary, exit_code=0, steps=40))
+    assert found is not None and found.estimated_gain == 0.0 and found.fix.knob is None
+    assert found.title.startswith("Checked:") and "would not pay back" in found.title
+    assert "Not recommended" in found.fix.text

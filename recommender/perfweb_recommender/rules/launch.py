@@ -18,6 +18,11 @@ GRAPH_RECOVERABLE = 0.7  # share of host-wait idle CUDA Graphs / torch.compile r
 CPU_OPS_PER_STEP_MIN = 300  # CPU-only: operators per step
 CPU_OP_MEDIAN_MAX_US = 20.0  # CPU-only: median operator duration (µs)
 DISPATCH_OVERHEAD_US = 5.0  # per-operator framework overhead on the CPU (µs, prior)
+# torch.compile's own time on a CPU, the least of what this host measured: nanoGPT (2 layers)
+# paid 2.9-4.3 s of compilation with a warm inductor cache and 41 s cold, for no faster step
+# (docs/public_scripts.md). A run that ended before the prior's saving reached this would
+# only have been slower compiled.
+CPU_COMPILE_MIN_S = 3.0
 TINY_STEP_S = 0.02  # no trace: median step shorter than this (s) ...
 TINY_BATCH_MAX = 4  # ... with a DataLoader batch of at most this many samples
 TINY_STEP_PRIOR_GAIN = 0.3  # no trace: fixed per-step overhead a larger batch amortises
@@ -40,7 +45,7 @@ def launch_overhead(evidence: RunEvidence) -> Finding | None:
     default mode, a larger batch, or fewer tiny operators.
     """
     for trace in evidence.traces:
-        found = _gpu_launch_bound(trace) or _cpu_dispatch_bound(trace)
+        found = _gpu_launch_bound(trace) or _cpu_dispatch_bound(trace, evidence)
         if found is not None:
             return found
     return _tiny_steps(evidence) or _small_gpu_requests(evidence)
@@ -99,9 +104,13 @@ def _gpu_launch_bound(trace: TraceSummary) -> Finding | None:
     )
 
 
-def _cpu_dispatch_bound(trace: TraceSummary) -> Finding | None:
+def _cpu_dispatch_bound(trace: TraceSummary, evidence: RunEvidence) -> Finding | None:
     """A CPU-only trace with many tiny operators per step (the DataLoader's fetches left out:
-    a per-sample transform pipeline is the input's cost, not the model's dispatch)."""
+    a per-sample transform pipeline is the input's cost, not the model's dispatch).
+
+    The gain is a prior (a fixed cost per operator: what compiling saves on a CPU is not
+    replayed); an ended run whose steps would have saved less than torch.compile's least
+    compile time is told so, not told to compile."""
     ops = trace.cpu_ops
     if trace.launch.get("kernels", 0) or ops.get("ops_per_step", 0) < CPU_OPS_PER_STEP_MIN:
         return None
@@ -109,24 +118,58 @@ def _cpu_dispatch_bound(trace: TraceSummary) -> Finding | None:
         return None
     step_us = trace.mean_step_us or 0.0
     overhead = ops["ops_per_step"] * DISPATCH_OVERHEAD_US
+    gain = min(0.8, overhead / step_us) if step_us else 0.0
+    items = [
+        Evidence(
+            "operators per step, DataLoader fetches left out",
+            ops["ops_per_step"],
+            "ops",
+            f"trace rank {trace.rank}",
+        ),
+        Evidence("median operator time", ops["median_op_us"], "µs", "trace"),
+        Evidence("mean step time", step_us, "µs", "trace"),
+    ]
+    basis = (
+        f"prior: {DISPATCH_OVERHEAD_US:g} µs framework overhead per operator x operators per "
+        "step, over the mean step time"
+    )
+    steps_s = _ended_run_steps_s(evidence)
+    if not trace.compiled and steps_s is not None and gain * steps_s < CPU_COMPILE_MIN_S:
+        return _launch_finding(
+            fix=Fix(
+                text="Not recommended for a run this short: torch.compile takes seconds to "
+                "compile on a CPU (3-4 s warm, tens cold on our 2-core host), more than "
+                "these steps could save. A run many times longer may gain: measure it there "
+                "with an A/B job before adopting it.",
+                snippet="",
+            ),
+            title=f"Checked: {ops['ops_per_step']:.0f} tiny operators per step, but compiling "
+            f"would not pay back in a run of {steps_s:.1f} s of steps",
+            gain=0.0,
+            basis=f"{basis}: at most {gain * steps_s:.1f} s saved against at least "
+            f"{CPU_COMPILE_MIN_S:g} s of compilation",
+            evidence=[*items, Evidence("the run's steps", steps_s, "s", "metrics (steps)")],
+            confidence=0.5,
+        )
     return _launch_finding(
         fix=_graphs_fix() if trace.compiled else _cpu_fix(),
         title=f"{ops['ops_per_step']:.0f} tiny operators per step "
         f"(median {ops['median_op_us']:.1f} µs)",
-        gain=min(0.8, overhead / step_us) if step_us else 0.0,
-        basis=f"{DISPATCH_OVERHEAD_US:g} µs framework overhead per operator x "
-        "operators per step, over the mean step time",
-        evidence=[
-            Evidence(
-                "operators per step, DataLoader fetches left out",
-                ops["ops_per_step"],
-                "ops",
-                f"trace rank {trace.rank}",
-            ),
-            Evidence("median operator time", ops["median_op_us"], "µs", "trace"),
-            Evidence("mean step time", step_us, "µs", "trace"),
-        ],
+        gain=gain,
+        basis=basis,
+        evidence=items,
     )
+
+
+def _ended_run_steps_s(evidence: RunEvidence) -> float | None:
+    """Seconds of steps of a run that has ended (its launcher reported the exit), the
+    longest rank's; None while it may still be running."""
+    if evidence.exit_code is None or not evidence.steps:
+        return None
+    per_rank: dict[int, float] = {}
+    for step in evidence.steps:
+        per_rank[step.rank] = per_rank.get(step.rank, 0.0) + step.duration_s
+    return max(per_rank.values())
 
 
 def _tiny_steps(evidence: RunEvidence) -> Finding | None:
