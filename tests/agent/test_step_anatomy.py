@@ -321,3 +321,33 @@ def test_a_large_matmul_loop_reaches_a_large_share_of_the_cpu_peak_and_tiny_oper
     assert evidence.fact("flops.step") == 2 and evidence.fact("cpu.peak_threads") == 2
     use = utilisation(evidence)
     assert use.mfu is not None and low <= use.mfu <= (high or use.mfu), use.text()
+
+
+def test_the_flops_count_skips_calls_relabelled_before_training_and_counts_a_training_step() -> (
+    None
+):
+    """nanoGPT's shape: an evaluation of 10 module calls at iteration 0 is confirmed as steps
+    0-9 at once (the first boundary the count sees is 10), then the first optimizer step
+    re-labels them (training_from 10). The count starts over and measures training step 12."""
+    import torch
+
+    from perfweb_agent.core.buffer import FactBuffer
+    from perfweb_agent.runtime.flops import StepFlops
+
+    class Timer:
+        training_from: int | None = None
+
+    facts, timer = FactBuffer(), Timer()
+    counter = StepFlops(torch, facts, timer=timer)
+    a, b = torch.randn(8, 16), torch.randn(16, 4)
+    counter(10)  # the evaluation's calls confirmed: a count begins...
+    torch.mm(torch.randn(64, 64), torch.randn(64, 64))  # ...over an evaluation forward
+    timer.training_from = 10
+    counter(11)  # the first optimizer step re-labelled them: that count is dropped
+    assert not counter.counting and not counter.done
+    counter(12)
+    torch.mm(a, b)  # training step 12: 2 x 8 x 16 x 4 FLOPs
+    counter(13)
+    assert counter.done
+    assert facts.snapshot()["flops.step"] == 12
+    assert facts.snapshot()["flops.per_step"] == 2 * 8 * 16 * 4

@@ -26,7 +26,7 @@ from perfweb_agent.delivery.batches import Batches
 from perfweb_agent.delivery.sender import PostFn, Sender
 from perfweb_agent.delivery.traces import TraceShipper
 from perfweb_agent.runtime import forked, script_error, torch_state
-from perfweb_agent.runtime.flops import PeakCache, StepFlops, host_peak, thread_schedstat
+from perfweb_agent.runtime.flops import PeakCache, StepFlops, host_peak
 from perfweb_agent.runtime.scalars import ScriptSignals
 from perfweb_agent.runtime.steps import StepTimer
 from perfweb_agent.runtime.torch_patches import TorchPatches
@@ -102,15 +102,14 @@ class Agent:
         self.flops: StepFlops | None = None
         self._ticks = 0
         self._closed = False
-        # the starting thread's scheduling and clock, for the CPU peak's share at exit
-        self._started: tuple[int, float, tuple[int, int] | None] | None = None
+        self._started_s = time.monotonic()  # from start(): a run this long probes the CPU
         self._cancel_hook: Callable[[], None] = lambda: None
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
         """Queue `start`, hook torch once the script imports it, start the thread."""
-        self._started = (threading.get_ident(), time.monotonic(), thread_schedstat())
+        self._started_s = time.monotonic()
         if self.collecting:
             self._cancel_hook = importhook.when_imported("torch", self._torch_imported)
             script_error.install(self.facts.set)  # the run's last error line, if any
@@ -145,15 +144,9 @@ class Agent:
         torch = torch_state.imported_torch()
         if not counted or torch is None or torch_state.cuda_initialized(torch):
             return
-        thread, started_s, sched = self._started or (None, time.monotonic(), None)
-        on_that_thread = thread == threading.get_ident()
         try:
-            peak = host_peak(
-                torch,
-                PeakCache(self.settings.effective_cache_dir()),
-                run_s=time.monotonic() - started_s,
-                run_sched=(sched, thread_schedstat()) if on_that_thread else (None, None),
-            )
+            cache = PeakCache(self.settings.effective_cache_dir())
+            peak = host_peak(torch, cache, run_s=time.monotonic() - self._started_s)
             self.facts.update(peak)
         except Exception as exc:  # noqa: BLE001
             say_once("cpu-peak", "cannot measure the CPU's peak: %s", exc)
@@ -361,7 +354,7 @@ class Agent:
         self.patches.install(torch)
         self.facts.update(torch_state.static_facts(torch))
         if self.flops is None and self.settings.flops:
-            self.flops = StepFlops(torch, self.facts, on_done=self._flops_counted)
+            self.flops = StepFlops(torch, self.facts, on_done=self._flops_counted, timer=self.timer)
             self.timer.listeners.append(self.flops)
         if self.settings.profile:
             try:

@@ -16,11 +16,13 @@ The probe takes 0.1-0.4 s, which is 1-4% of a 10 s script (and of every round of
 job), so `host_peak` keeps what it measured in a small file per host (`PeakCache`: the CPU
 model, the cores the process may use, the thread count, torch's version) and a run shorter
 than PROBE_ANYWAY_AFTER_S reuses an entry younger than PEAK_CACHE_TTL_S instead of probing.
-A probe's figure is what the cores gave the probe at that moment, which a busy neighbour
-lowers, and the steps it is compared with are slowed alike; so the cache holds the figure
-with the probe's own wait for a CPU taken out (its thread's run-queue wait, from
-/proc/thread-self/schedstat), and a run that reuses it gets it back at the share of the
-CPU its own thread had through the run: `cpu.peak_flops` means the same either way.
+A probe's figure is what the cores gave it at that moment, which a busy neighbour lowers,
+and the steps it is compared with are slowed alike; so each entry also holds the rate of a
+small matmul (SHARE_SIZE, a few milliseconds) measured with it, and a run that reuses the
+entry measures that small matmul again at its exit: the peak it reports is the entry's
+scaled by how much slower the small one runs now (`cpu.peak_share`), so `cpu.peak_flops`
+means what the cores give this run either way. (A thread's run-queue wait cannot tell: under
+OpenMP the threads that wait for a core are the pool's, while the caller spins.)
 """
 
 from __future__ import annotations
@@ -42,11 +44,17 @@ PROBE_MATMUL_S = 0.02  # the probe's matmul grows until one takes this long
 PEAK_CACHE_FILE = "cpu_peak.json"
 PEAK_CACHE_TTL_S = 7 * 24 * 3600.0  # an entry older than this is probed again
 PROBE_ANYWAY_AFTER_S = 60.0  # a run this long probes (<= ~0.5% of it) and refreshes the entry
-LEAST_CPU_SHARE = 0.05  # a share of the CPU below this is not scaled by (a broken reading)
+SHARE_SIZE = 512  # n of the small matmul that compares this run's share of the CPU
+SHARE_REPEATS = 5
 
 
 class StepFlops:
-    """A step-timer listener: FlopCounterMode over step COUNT_STEP, then nothing."""
+    """A step-timer listener: FlopCounterMode over step COUNT_STEP, then nothing.
+
+    COUNT_STEP counts from the first training step (`training_from`, the timer's: module
+    calls counted before the first optimizer step, an evaluation at iteration 0, are
+    re-labelled and their indices skipped); a count under way when those calls were
+    re-labelled measured them, not a training step, and starts again."""
 
     def __init__(
         self,
@@ -55,11 +63,14 @@ class StepFlops:
         *,
         step: int = COUNT_STEP,
         on_done: Callable[[], None] | None = None,
+        timer: Any = None,  # the StepTimer: its training_from
     ) -> None:
         self._torch = torch
         self._facts = facts
         self._on_done = on_done
         self._step = step
+        self._timer = timer
+        self._base = 0  # training_from when the count began
         self._mode: Any = None
         self.done = False
 
@@ -67,13 +78,17 @@ class StepFlops:
         """A boundary: `index` is the step that begins now."""
         if self.done:
             return
-        if self._mode is None:
-            if index == self._step:
-                self._start()
-            return
-        self._finish(index - 1)
-        if self._on_done is not None:
-            self._on_done()
+        base = getattr(self._timer, "training_from", None) or 0
+        if self._mode is not None:
+            if base == self._base:
+                self._finish(index - 1)
+                if self._on_done is not None:
+                    self._on_done()
+                return
+            self._leave()  # the counted calls were re-labelled: not a training step
+        if index >= base + self._step:
+            self._base = base
+            self._start()
 
     @property
     def counting(self) -> bool:
@@ -147,28 +162,22 @@ def cpu_peak(torch: Any) -> dict[str, Any]:
     }
 
 
-def thread_wait_share(before: tuple[int, int] | None, after: tuple[int, int] | None) -> float:
-    """The share of its runnable time a thread waited for a CPU between two schedstat
-    readings (0.0 when either is missing)."""
-    if before is None or after is None:
-        return 0.0
-    ran, waited = after[0] - before[0], after[1] - before[1]
-    return waited / (ran + waited) if ran > 0 and waited >= 0 else 0.0
-
-
-def thread_schedstat() -> tuple[int, int] | None:
-    """(ns on a CPU, ns waiting on a run queue) of the calling thread since it started."""
-    try:
-        with open("/proc/thread-self/schedstat") as handle:
-            ran, waited = handle.read().split()[:2]
-        return int(ran), int(waited)
-    except (OSError, ValueError):
-        return None
+def matmul_rate(torch: Any, n: int, repeats: int) -> float:
+    """The median FLOP/s of `repeats` float32 n x n matmuls after one warm-up."""
+    with torch.no_grad():
+        a, b = torch.randn(n, n), torch.randn(n, n)
+        torch.mm(a, b)
+        times = []
+        for _ in range(repeats):
+            started = time.perf_counter()
+            torch.mm(a, b)
+            times.append(time.perf_counter() - started)
+    return 2.0 * n**3 / max(sorted(times)[repeats // 2], 1e-9)
 
 
 class PeakCache:
-    """Probed CPU peaks, one JSON file per user (`PERF_AGENT_CACHE_DIR`): per key, the peak
-    with the probe's run-queue wait taken out, the matmul size and when it was probed.
+    """Probed CPU peaks, one JSON file per user (`PERF_AGENT_CACHE_DIR`): per key, the peak,
+    the rate of the small matmul measured with it, the matmul size and when it was probed.
     Unreadable or unwritable, it is empty and the run probes: a cache never fails a run."""
 
     def __init__(self, directory: str, clock: Callable[[], float] = time.time) -> None:
@@ -182,18 +191,23 @@ class PeakCache:
             return None
         try:
             age = self._clock() - float(entry["probed_at"])
-            usable = float(entry["free_flops"]) > 0 and int(entry["size"]) > 0
+            usable = min(float(entry["peak_flops"]), float(entry["small_flops"])) > 0
         except (KeyError, TypeError, ValueError):
             return None
         return entry if usable and 0 <= age < PEAK_CACHE_TTL_S else None
 
-    def store(self, key: str, free_flops: float, size: int) -> None:
-        """Keep a probe's figure (the higher of it and a fresh entry's: a peak)."""
+    def store(self, key: str, peak_flops: float, small_flops: float, size: int) -> None:
+        """Keep a probe's figures (unless a fresh entry has a higher peak: a peak)."""
         kept = self.fresh(key)
-        if kept is not None and float(kept["free_flops"]) >= free_flops:
+        if kept is not None and float(kept["peak_flops"]) >= peak_flops:
             return
         entries = self._entries()
-        entries[key] = {"free_flops": free_flops, "size": size, "probed_at": self._clock()}
+        entries[key] = {
+            "peak_flops": peak_flops,
+            "small_flops": small_flops,
+            "size": size,
+            "probed_at": self._clock(),
+        }
         try:
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
             fd, temporary = tempfile.mkstemp(dir=os.path.dirname(self.path), suffix=".tmp")
@@ -237,24 +251,24 @@ def host_peak(
     cache: PeakCache,
     *,
     run_s: float,
-    run_sched: tuple[tuple[int, int] | None, tuple[int, int] | None] = (None, None),
     probe: Callable[[Any], dict[str, Any]] = cpu_peak,
+    rate: Callable[[Any, int, int], float] = matmul_rate,
 ) -> dict[str, Any]:
-    """The facts of the CPU's peak for this run: from a fresh cache entry, scaled to the
-    share of the CPU the run's thread had (`run_sched`: its schedstat at start and now), when
-    the run was shorter than PROBE_ANYWAY_AFTER_S; else probed now, and kept."""
+    """The facts of the CPU's peak for this run: a fresh cache entry's, scaled by this run's
+    share of the CPU (the small matmul's rate now against the entry's), when the run was
+    shorter than PROBE_ANYWAY_AFTER_S; else probed now, and kept."""
     key = peak_key(torch)
     entry = cache.fresh(key) if run_s < PROBE_ANYWAY_AFTER_S else None
     if entry is not None:
-        share = max(1.0 - thread_wait_share(*run_sched), LEAST_CPU_SHARE)
+        share = min(1.0, rate(torch, SHARE_SIZE, SHARE_REPEATS) / float(entry["small_flops"]))
         return {
-            "cpu.peak_flops": float(entry["free_flops"]) * share,
+            "cpu.peak_flops": float(entry["peak_flops"]) * share,
             "cpu.peak_threads": torch.get_num_threads(),
             "cpu.peak_size": int(entry["size"]),
             "cpu.peak_probed_at": float(entry["probed_at"]),
+            "cpu.peak_share": round(share, 4),
         }
-    before = thread_schedstat()
     facts = probe(torch)
-    share = max(1.0 - thread_wait_share(before, thread_schedstat()), LEAST_CPU_SHARE)
-    cache.store(key, float(facts["cpu.peak_flops"]) / share, int(facts["cpu.peak_size"]))
+    small = rate(torch, SHARE_SIZE, SHARE_REPEATS)
+    cache.store(key, float(facts["cpu.peak_flops"]), small, int(facts["cpu.peak_size"]))
     return facts
