@@ -3,6 +3,7 @@ training thread, summing to each step's duration; CUDA phases from events once t
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -330,6 +331,7 @@ def test_the_flops_count_skips_calls_relabelled_before_training_and_counts_a_tra
     0-9 at once (the first boundary the count sees is 10), then the first optimizer step
     re-labels them (training_from 10). The count starts over and measures training step 12."""
     import torch
+    import torch._dynamo  # noqa: F401 - as in a training script: its optimizer imports it
 
     from perfweb_agent.core.buffer import FactBuffer
     from perfweb_agent.runtime.flops import StepFlops
@@ -351,3 +353,19 @@ def test_the_flops_count_skips_calls_relabelled_before_training_and_counts_a_tra
     assert counter.done
     assert facts.snapshot()["flops.step"] == 12
     assert facts.snapshot()["flops.per_step"] == 2 * 8 * 16 * 4
+
+
+def test_a_script_that_never_imported_dynamo_gets_no_flops_count_and_says_why() -> None:
+    code = (
+        "import sys, torch\n"
+        "from perfweb_agent.core.buffer import FactBuffer\n"
+        "from perfweb_agent.runtime import flops\n"
+        "facts = FactBuffer()\n"
+        "counter = flops.StepFlops(torch, facts)\n"
+        "counter(2); torch.mm(torch.randn(4, 4), torch.randn(4, 4)); counter(3)\n"
+        "assert counter.done and 'flops.per_step' not in facts.snapshot()\n"
+        "assert facts.snapshot()['flops.error'] == flops.NOT_COUNTED_WITHOUT_DYNAMO\n"
+        "print(flops.DYNAMO in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert (done.returncode, done.stdout) == (0, "False\n"), done.stderr

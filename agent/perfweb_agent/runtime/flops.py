@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -37,6 +38,11 @@ from typing import Any
 from perfweb_agent.core.buffer import FactBuffer
 from perfweb_agent.core.logger import say_once
 
+DYNAMO = "torch._dynamo"
+NOT_COUNTED_WITHOUT_DYNAMO = (
+    "not counted: torch's FLOP counter would import torch._dynamo into this process, "
+    "which the script never imported (about a second inside a step)"
+)
 COUNT_STEP = 2  # the third step: past lazy initialisation, inside the warm-up left out
 PROBE_MIN_SIZE = 512  # n of the probe's first n x n float32 matmul (2 n^3 FLOPs)
 PROBE_MAX_SIZE = 2048
@@ -102,6 +108,13 @@ class StepFlops:
         self.done = True
 
     def _start(self) -> None:
+        if DYNAMO not in sys.modules:
+            # FlopCounterMode's dispatch imports torch._dynamo on its first use: ~1 s and
+            # tens of MB inside the step it counts. A training script has it already (the
+            # optimizers import it); a script that never did is not made to.
+            self.done = True
+            self._facts.set("flops.error", NOT_COUNTED_WITHOUT_DYNAMO)
+            return
         try:
             from torch.utils.flop_counter import FlopCounterMode
 
