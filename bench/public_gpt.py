@@ -285,11 +285,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ps.ROOT / "bench/results/public_gpt.json")
     args = parser.parse_args()
     only = {o for o in args.only.split(",") if o} or None
-    result = bench(args.nanogpt, args.mingpt, runs=args.runs, only=only)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    table = markdown(result)
-    args.out.with_suffix(".md").write_text(table)
-    print(table)
+    ps.write(bench(args.nanogpt, args.mingpt, runs=args.runs, only=only), args.out, markdown)
 
 
 if __name__ == "__main__":

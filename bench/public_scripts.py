@@ -42,6 +42,7 @@ import sys
 import tempfile
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -623,10 +624,17 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "bench/results/public_scripts.json")
     args = parser.parse_args()
     only = {o for o in args.only.split(",") if o} or None
-    result = bench(args.examples, runs=args.runs, only=only)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    table = markdown(result)
-    args.out.with_suffix(".md").write_text(table)
+    write(bench(args.examples, runs=args.runs, only=only), args.out)
+
+
+def write(
+    result: dict[str, Any], out: Path, describe: Callable[[dict[str, Any]], str] | None = None
+) -> None:
+    """The results as JSON at `out`, and their Markdown table (`describe`, this bench's
+    `markdown` by default) beside it (`.md`) and here."""
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    table = (describe or markdown)(result)
+    out.with_suffix(".md").write_text(table)
     print(table)
 
 
