@@ -18,6 +18,8 @@ the first. The Hugging Face script (a tiny GPT-2 from a config, `Trainer` with a
 every 20 of its 40 steps, then 20 `pipeline("text-generation")` calls) and the Lightning one
 (the package's own `BoringModel` demo, `Trainer.fit` for 2 epochs with its validation loop)
 are written by the bench: neither package ships an example that runs offline.
+nanoGPT's prepare.py and sample.py import `requests` and `tiktoken`, which the project does
+not depend on: `.venv/bin/pip install requests tiktoken` first.
 """
 
 from __future__ import annotations
