@@ -11,6 +11,7 @@ thread count (`cpu.peak_flops`). Absent, with the reason, when any of these is u
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -182,7 +183,7 @@ def device_peak(evidence: RunEvidence) -> tuple[float | None, str, str, str]:
         if not peak:
             return None, "", dtype, "the CPU's peak was not measured"
         threads = evidence.fact("cpu.peak_threads", "?")
-        return float(peak), f"measured on the run's host: fp32 matmul, {threads} threads", dtype, ""
+        return float(peak), _cpu_peak_source(evidence, threads), dtype, ""
     names = [str(d.get("name") or "") for d in evidence.devices if d.get("kind") == "gpu"]
     model = next((m for m in map(gpu_model, names) if m), None)
     if model is None:
@@ -191,6 +192,19 @@ def device_peak(evidence: RunEvidence) -> tuple[float | None, str, str, str]:
     if peak is None:
         return None, "", dtype, f"{model} has no {dtype} peak in the table"
     return peak, f"{model} {dtype} (datasheet)", dtype, ""
+
+
+def _cpu_peak_source(evidence: RunEvidence, threads: Any) -> str:
+    """Where a CPU peak came from: this run's probe, or the host's cache (when it was probed,
+    and the share of it the run's small matmul got at its exit)."""
+    source = f"measured on the run's host: fp32 matmul, {threads} threads"
+    probed = evidence.fact("cpu.peak_probed_at")
+    if not isinstance(probed, (int, float)):
+        return source
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(probed))
+    share = evidence.fact("cpu.peak_share")
+    at = f", at {share:.0%} of it for this run's share of the CPU" if share is not None else ""
+    return f"{source} (probed {when}{at})"
 
 
 def _with(base: Utilisation, **changes: Any) -> Utilisation:

@@ -62,6 +62,17 @@ def test_it_uses_the_cpu_peak_measured_on_the_run_s_host() -> None:
     assert "2 threads" in use.peak_source and "MFU 50.0%: 5 GFLOP/s of 10 GFLOP/s" in use.text()
 
 
+def test_a_cpu_peak_from_the_hosts_cache_says_when_it_was_probed_and_at_what_share() -> None:
+    facts = {"flops.per_step": 2e9, "cpu.peak_flops": 1e10, "cpu.peak_threads": 2}
+    facts |= {"cpu.peak_probed_at": 1_764_806_400.0, "cpu.peak_share": 0.75}  # 2025-12-04
+    use = utilisation(RunEvidence(facts=facts, steps=steps(0.4)))
+    assert use.mfu == pytest.approx(0.5)
+    assert use.peak_source == (
+        "measured on the run's host: fp32 matmul, 2 threads (probed 2025-12-04 00:00 UTC, "
+        "at 75% of it for this run's share of the CPU)"
+    )
+
+
 def test_it_says_why_mfu_is_absent() -> None:
     no_count = utilisation(RunEvidence(steps=steps(0.1)))
     assert no_count.mfu is None and no_count.reason == "no step's FLOPs were counted"
