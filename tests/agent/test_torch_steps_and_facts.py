@@ -158,3 +158,29 @@ def test_ddp_backend_init_method_find_unused_and_synchronize_per_step(
     assert facts["distributed.world_size"] == 1
     assert facts["cuda.synchronize_calls"] == 4
     assert facts["cuda.synchronize_per_step"] == 1.0
+
+
+THREADS_AFTER_THE_AGENT = """
+import time, torch
+from torch import nn
+time.sleep(0.5)  # the agent's thread has sampled the facts by now, with torch's first count
+torch.set_num_threads(1)  # then the script chooses its own, as a DDP rank often does
+model = nn.Linear(8, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(40):
+    opt.zero_grad()
+    model(torch.randn(4, 8)).sum().backward()
+    opt.step()
+    time.sleep(0.01)
+print(torch.get_num_threads())
+"""
+
+
+def test_the_thread_count_is_the_training_threads_not_the_agent_threads(
+    tmp_path: Path, server: FakeServer, agent_env: dict[str, str]
+) -> None:
+    script = write_script(tmp_path, THREADS_AFTER_THE_AGENT)
+    env = {**agent_env, "OMP_NUM_THREADS": "2", "PERF_AGENT_INTERVAL": "0.05"}
+    result = attach([*online(server), "--", sys.executable, str(script)], env)
+    assert (result.returncode, result.stdout) == (0, "1\n"), result.stderr
+    assert server.store.facts()["threads.intra_op"] == 1

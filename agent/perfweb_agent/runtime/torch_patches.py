@@ -51,6 +51,8 @@ COLLECTIVES = (
 
 LOADER_INDEX = "_perf_agent_loader"  # set on each DataLoader iterator: its loader's index
 
+THREADS_EVERY = 16  # boundaries between two readings of the training thread's count
+
 
 class TorchPatches:
     """Installs the step, DataLoader and fact hooks into an imported torch."""
@@ -89,11 +91,23 @@ class TorchPatches:
             self._copies,
             self._collectives,
             self.training.install,
+            self._training_threads,
         ):
             try:
                 step(torch)
             except Exception as exc:  # noqa: BLE001
                 say_once(f"install-{step.__name__}", "cannot hook %s: %s", step.__name__, exc)
+
+    def _training_threads(self, torch: Any) -> None:
+        """At every THREADS_EVERY-th boundary, on the training thread, its intra-op thread
+        count (Counters.intra_op_threads says why not the agent thread's)."""
+        counters, get_threads = self.counters, torch.get_num_threads
+
+        def read(index: int) -> None:
+            if index % THREADS_EVERY == 0 or counters.intra_op_threads is None:
+                counters.intra_op_threads = get_threads()
+
+        self.timer.listeners.append(read)
 
     def _optimizer_hook(self, torch: Any) -> None:
         module = importlib.import_module("torch.optim.optimizer")

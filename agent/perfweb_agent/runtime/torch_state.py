@@ -26,6 +26,10 @@ class Counters:
         self.synchronize = 0
         self.scaler_steps = 0
         self.scaler_updates = 0
+        # torch.get_num_threads() as the training thread sees it (TorchPatches reads it at
+        # step boundaries): OpenMP's count is per thread, and the agent's own thread keeps
+        # the one it first saw when the script calls set_num_threads after it
+        self.intra_op_threads: int | None = None
 
 
 def imported_torch() -> Any | None:
@@ -84,7 +88,7 @@ def static_facts(torch: Any) -> dict[str, Any]:
 def dynamic_facts(torch: Any, counters: Counters, steps: int) -> dict[str, Any]:
     """Facts the script may change while it runs: flags, threads, CUDA state, call counts."""
     facts: dict[str, Any] = {
-        "threads.intra_op": torch.get_num_threads(),
+        "threads.intra_op": counters.intra_op_threads or torch.get_num_threads(),
         "threads.inter_op": torch.get_num_interop_threads(),
         "cudnn.benchmark": bool(torch.backends.cudnn.benchmark),
         "cudnn.allow_tf32": bool(torch.backends.cudnn.allow_tf32),
