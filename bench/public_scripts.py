@@ -412,7 +412,9 @@ def _run(case: dict[str, Any], *, agent_dir: Path | None) -> dict[str, Any]:
     return {"rc": rc, "wall_s": wall, "stdout": out, "stderr": err}
 
 
-def _analyze(agent_dir: Path) -> tuple[dict[str, Any], str]:
+def analyze(agent_dir: Path) -> tuple[dict[str, Any], str]:
+    """`python -m perfweb_recommender analyze` of one offline folder: its JSON report (or
+    `{"error", "rc"}`) and its text, stderr included."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     args = [PY, "-m", "perfweb_recommender", "analyze", str(agent_dir)]
     text = subprocess.run(args, capture_output=True, text=True, env=env, timeout=TIMEOUT_S)
@@ -530,7 +532,7 @@ def _bench_case(case: dict[str, Any], work: Path, *, runs: int) -> dict[str, Any
         shutil.rmtree(last_dir, ignore_errors=True)
         attached.append(_run(case, agent_dir=last_dir))
     b, a = bare[-1], attached[-1]
-    report, text = _analyze(last_dir) if last_dir else ({}, "")
+    report, text = analyze(last_dir) if last_dir else ({}, "")
     summary = _summary(report)
     if case.get("skips") and case["skips"] in b["stdout"]:
         # The script did no torch work: what matters is that the agent did not call it healthy.

@@ -33,6 +33,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import public_scripts as ps  # bench/ is on sys.path as a script: its analyze()
+
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
 PERF_AGENT = str(Path(PY).parent / "perf-agent")
@@ -120,19 +122,6 @@ def _run(script: Path, *, agent_dir: Path | None) -> dict[str, Any]:
     return {"rc": rc, "wall_s": round(time.perf_counter() - start, 1), "stdout": out}
 
 
-def _analyze(agent_dir: Path) -> tuple[dict[str, Any], str]:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    args = [PY, "-m", "perfweb_recommender", "analyze", str(agent_dir)]
-    text = subprocess.run(args, capture_output=True, text=True, env=env, timeout=TIMEOUT_S)
-    js = subprocess.run(
-        [*args, "--format", "json"], capture_output=True, text=True, env=env, timeout=TIMEOUT_S
-    )
-    try:
-        return json.loads(js.stdout), text.stdout
-    except ValueError:
-        return {"error": (js.stderr or js.stdout)[-2000:]}, text.stdout
-
-
 def _basis(finding: dict[str, Any]) -> str:
     if finding.get("critical"):
         return "critical"
@@ -215,7 +204,7 @@ def bench_script(script: Path, work: Path) -> dict[str, Any]:
             attached = _run(script, agent_dir=agent_dir)
         finally:
             _busy_stop(busy)
-        report, text = _analyze(agent_dir)
+        report, text = ps.analyze(agent_dir)
         summary = _summary(report, case, _ran(case, attached["stdout"]))
         summary.update(
             rc=attached["rc"],
