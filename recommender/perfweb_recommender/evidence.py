@@ -50,6 +50,11 @@ class Series:
     v: list[float]
 
 
+# Replay pairs that disagree on the direction (some faster, some slower) over more than this
+# spread (largest pair ratio over the smallest) measure the host, not the fix.
+INCONCLUSIVE_SPREAD = 3.0
+
+
 @dataclass(frozen=True)
 class Replayed:
     """One case of the replay (perfweb_recommender.replay): the run's recorded shapes run
@@ -76,6 +81,14 @@ class Replayed:
     def gain(self) -> float:
         """Fraction of the traced time the fix recovers (negative: it costs time)."""
         return self.share * (1.0 - self.ratio)
+
+    @property
+    def conclusive(self) -> bool:
+        """False when the pairs disagree on the direction over a wide spread
+        (INCONCLUSIVE_SPREAD): what a busy host does to a small effect. The replay drops such
+        a case, and its rule estimates from the trace or a prior instead."""
+        mixed = self.ratio_min < 1.0 < self.ratio_max
+        return not (mixed and self.ratio_max > INCONCLUSIVE_SPREAD * self.ratio_min)
 
     @property
     def call_us(self) -> float:

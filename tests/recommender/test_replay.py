@@ -10,7 +10,7 @@ import pytest
 from perfweb_recommender.analysis.summary import summarize
 from perfweb_recommender.api import analyze_evidence, analyze_path
 from perfweb_recommender.evidence import Replayed, RunEvidence
-from perfweb_recommender.replay import replay_evidence, replay_plan
+from perfweb_recommender.replay import conclusive_only, replay_evidence, replay_plan
 from perfweb_recommender.replay.plan import plan_from_events, plan_from_file
 from perfweb_recommender.rules import diagnose
 from perfweb_recommender.trace.loader import load_trace
@@ -183,6 +183,46 @@ def test_the_rules_estimate_from_the_replay_and_list_a_fix_it_measured_slower_as
     # the replayed fixes outrank the one the replay measured slower
     order = [f.id for f in diagnose(evidence)]
     assert order.index("inference.autograd_enabled") < order.index("model.quantization")
+
+
+def test_a_replay_whose_pairs_disagree_over_a_wide_spread_is_inconclusive() -> None:
+    """A busy host measured the autograd case 0.04-13.6x (bench/unseen_plants.py, p5): that
+    measures the host. Such a case is dropped with a note, and its rule estimates as without a
+    replay; a wide spread that agrees on the direction still counts."""
+    noisy = Replayed(
+        case="ops",
+        ratio=0.98,
+        ratio_min=0.04,
+        ratio_max=13.6,
+        pairs=7,
+        a_us=100.0,
+        b_us=98.0,
+        calls=10,
+        share=0.6,
+        threads=2,
+    )
+    steady = _replayed("linear", 0.3)
+    wide_but_faster = Replayed(
+        case="conv",
+        ratio=0.4,
+        ratio_min=0.1,
+        ratio_max=0.9,
+        pairs=7,
+        a_us=100.0,
+        b_us=40.0,
+        calls=10,
+        share=0.6,
+        threads=2,
+    )
+    kept, note = conclusive_only({"ops": noisy, "linear": steady, "conv": wide_but_faster})
+    assert set(kept) == {"linear", "conv"}
+    assert (
+        note == "replay inconclusive on this host for: ops (pair ratios 0.04-13.60x over 7 pairs)"
+    )
+    evidence = _served()
+    evidence.replays = kept
+    autograd = next(f for f in diagnose(evidence) if f.id == "inference.autograd_enabled")
+    assert autograd.gain_basis.startswith("prior")
 
 
 def test_without_a_replay_the_rules_fall_back_to_measured_or_prior() -> None:

@@ -65,9 +65,24 @@ def replay_evidence(
         return
     threads = evidence.fact("threads.intra_op")
     threads = int(threads) if isinstance(threads, (int, float)) and threads >= 1 else 1
-    evidence.replays, evidence.replay_note = replay_plan(
+    replays, note = replay_plan(
         plan, threads=threads, repeats=repeats or REPEATS, budget_s=budget_s or BUDGET_S
     )
+    evidence.replays, unsure = conclusive_only(replays)
+    evidence.replay_note = "; ".join(n for n in (note, unsure) if n)
+
+
+def conclusive_only(replays: dict[str, Replayed]) -> tuple[dict[str, Replayed], str]:
+    """The cases whose pairs agree (`Replayed.conclusive`), and a note naming the others:
+    their rules estimate from the trace or a prior, as without a replay."""
+    kept = {kind: r for kind, r in replays.items() if r.conclusive}
+    dropped = [
+        f"{kind} (pair ratios {r.ratio_min:.2f}-{r.ratio_max:.2f}x over {r.pairs} pairs)"
+        for kind, r in sorted(replays.items())
+        if not r.conclusive
+    ]
+    note = f"replay inconclusive on this host for: {', '.join(dropped)}" if dropped else ""
+    return kept, note
 
 
 def wanted_cases(evidence: RunEvidence) -> set[str]:
@@ -95,7 +110,14 @@ def replay_plan(
     digest = hashlib.sha256(raw).hexdigest()
     if digest in _CACHE:
         return _CACHE[digest]
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    # Passive OpenMP threads sleep at a barrier instead of spinning: on a busy host a spinning
+    # thread that waits for a preempted one would count the wait as CPU time of the operator.
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": str(threads),
+        "MKL_NUM_THREADS": str(threads),
+        "OMP_WAIT_POLICY": "PASSIVE",
+    }
     env.pop("PERF_AGENT", None)
     try:
         done = subprocess.run(
