@@ -148,6 +148,20 @@ def test_batching_gain_is_read_from_the_trace_of_batch_of_one_requests(make_summ
     fixed = (1 - 3_000 / 5_000) + 7 * 5e-6 / 0.0001  # Python between operators + dispatch
     assert found.estimated_gain == pytest.approx(min(0.9, fixed) * (1 - 1 / 8))
     assert "waits" in found.fix.text  # the latency side of the trade-off
+    # Almost no Python between the operators: the estimate rests on the dispatch constant,
+    # and says it is a prior (it never outranks a measurement).
+    evidence.traces = [
+        _cpu_trace(
+            make_summary,
+            top_level_ops=35.0,
+            top_level_us=4_950.0,
+            linear_us=2_000.0,
+            linear_calls=15.0,
+        )
+    ]
+    found = inference_dynamic_batching(evidence)
+    assert found is not None and found.prior
+    assert found.gain_basis.startswith("prior: per-call cost")
 
 
 def test_batching_is_not_suggested_to_a_server_that_waits_for_requests() -> None:

@@ -150,11 +150,16 @@ def _traced_batching(evidence: RunEvidence) -> BatchingEstimate | None:
     glue = 1.0 - traced.times["top_level_us"] / traced.times["span_us"]
     dispatch = ops * DISPATCH_US_PER_OP * 1e-6 / latency
     fixed = min(FIXED_SHARE_MAX, max(0.0, glue) + dispatch)
+    # The Python between the operators is measured; the dispatch cost per operator is a
+    # constant: the estimate is a measurement where the measured part alone carries at least
+    # half of it, else a prior.
+    label = "measured" if glue >= fixed / 2 else "prior"
     return BatchingEstimate(
         gain=fixed * (1.0 - 1.0 / TARGET_BATCH),
-        basis=f"measured: per-call cost {fixed:.0%} of a request (trace: {glue:.0%} Python "
-        f"between operators, {ops:.0f} operators x {DISPATCH_US_PER_OP:g} µs dispatch, over "
-        f"the {latency * 1e3:.2f} ms median latency), paid once per batch of {TARGET_BATCH}",
+        basis=f"{label}: per-call cost {fixed:.0%} of a request ({glue:.0%} Python between "
+        f"operators, measured in the trace; {ops:.0f} operators x {DISPATCH_US_PER_OP:g} µs "
+        f"dispatch, a prior: {dispatch:.0%}; over the {latency * 1e3:.2f} ms median latency), "
+        f"paid once per batch of {TARGET_BATCH}",
         evidence=[
             Evidence("operators per request", ops, "ops", traced.source),
             Evidence("traced time between operators (Python)", glue, "fraction", traced.source),
