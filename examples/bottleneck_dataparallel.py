@@ -14,7 +14,6 @@ from torch import nn
 if __name__ == "__main__":
     steps = parse_steps(60)
     torch.manual_seed(0)
-    torch.set_num_threads(1)
     model = nn.DataParallel(mlp(width=256))  # the bottleneck
     batches = [synthetic_batch(128, seed) for seed in range(16)]
     print(f"loss {train(model, batches, steps):.4f}")

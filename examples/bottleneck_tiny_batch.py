@@ -14,7 +14,6 @@ from torch.utils.data import DataLoader, TensorDataset
 if __name__ == "__main__":
     steps = parse_steps(200)
     torch.manual_seed(0)
-    torch.set_num_threads(1)
     x, y = synthetic_batch(1024, seed=0)
     loader = DataLoader(TensorDataset(x, y), batch_size=1)  # the bottleneck: batch of 1
     print(f"loss {train(mlp(width=16, depth=48), loader, steps):.4f}")

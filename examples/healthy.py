@@ -11,6 +11,5 @@ from _common import mlp, parse_steps, synthetic_batch, train
 if __name__ == "__main__":
     steps = parse_steps(60)
     torch.manual_seed(0)
-    torch.set_num_threads(1)
     batches = [synthetic_batch(128, seed) for seed in range(16)]
     print(f"loss {train(mlp(width=256), batches, steps):.4f}")

@@ -14,7 +14,6 @@ from torch.utils.data import DataLoader, TensorDataset
 if __name__ == "__main__":
     steps = parse_steps(25)
     torch.manual_seed(0)
-    torch.set_num_threads(1)
     x = torch.randn(8_192, FEATURES)
     data = TensorDataset(x, (x[:, 0] > 0).long())
     loader = DataLoader(data, batch_size=128, pin_memory=True)  # CUDA-only

@@ -26,6 +26,8 @@ OUTCOMES = (
 )  # fmt: skip
 GIB = float(1 << 30)
 IDLE_MEMORY_BYTES = 1 << 30  # the idle-memory rule's "holding the GPU" (recommender)
+# Findings a CPU run of the kit gets from its own settings (one intra-op thread on a CPU).
+KIT_SETTING_FINDINGS = frozenset({"cpu.threads_too_few"})
 
 
 def outcome(expectation: Expectation, diag: dict[str, Any]) -> dict[str, Any]:
@@ -42,6 +44,13 @@ def outcome(expectation: Expectation, diag: dict[str, Any]) -> dict[str, Any]:
     # throttling), not the workload's planted cause: recorded, but not ranked against it.
     every = (analysis.get("findings") or []) + (analysis.get("host_conditions") or [])
     findings = [f for f in every if f.get("risk") != "system"]
+    if not str((diag.get("workload") or {}).get("device") or "").startswith("cuda"):
+        # On a CPU the kit runs its loops on one intra-op thread (workloads.run_workload):
+        # a finding about that thread count names the kit's setting, not the workload.
+        kit_own = [f["id"] for f in findings if f["id"] in KIT_SETTING_FINDINGS]
+        findings = [f for f in findings if f["id"] not in KIT_SETTING_FINDINGS]
+        if kit_own:
+            base["kit_setting_findings"] = kit_own
     ids = [f["id"] for f in findings]
     top = ids[0] if ids else None
     base.update(top=top, ranked=ids[:5])

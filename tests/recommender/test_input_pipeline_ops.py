@@ -39,7 +39,7 @@ def test_operators_inside_a_dataloader_fetch_are_not_counted_as_the_steps(
     path = tmp_path / "t.json"
     path.write_text(json.dumps({"traceEvents": events}))
     stats = cpu_op_stats(load_trace(path))
-    assert stats == {"ops_per_step": 10.0, "median_op_us": 30.0}
+    assert stats == {"ops_per_step": 10.0, "median_op_us": 30.0, "parallel_share": 0.3}
 
 
 PIPELINE = """

@@ -119,11 +119,15 @@ def test_attention_by_hand_is_read_from_the_cpu_operators(planted_run: Any) -> N
 def test_pin_memory_without_a_gpu_is_informational_and_the_loop_healthy(
     planted_run: Any,
 ) -> None:
-    """Informational (gain 0) ranks below any gain: it is found, not ranked first."""
+    """Informational (gain 0) ranks below any gain: it is found, not ranked first. The
+    harness runs every plant on one intra-op thread (OMP_NUM_THREADS=1, for steady timings on
+    a busy host): on this 1024-wide MLP the finding that names it is the harness's, and right
+    (2 threads trained a 1024-wide MLP 1.84x faster on 2 cores), so it is left out here."""
     workload = _workload(planted_run("pin_memory_without_gpu.py"))
     pinned = [f for f in workload if f.id == "dataloader.pin_memory"]
     assert pinned and pinned[0].estimated_gain == 0.0 and not pinned[0].fix.knobs
-    assert [f.id for f in workload if f.estimated_gain >= HEALTHY_GAIN_MAX] == []
+    big = [f.id for f in workload if f.estimated_gain >= HEALTHY_GAIN_MAX]
+    assert [i for i in big if i != "cpu.threads_too_few"] == []
 
 
 def test_workers_beyond_the_cores_are_brought_back_into_the_budget(planted_run: Any) -> None:

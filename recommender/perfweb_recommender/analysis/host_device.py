@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from perfweb_recommender.analysis.intervals import merge, overlap_length, total
+from perfweb_recommender.analysis.intervals import merge, overlap_length, total, union_length
 from perfweb_recommender.trace.classify import (
     collective_kind,
     fusible_family,
@@ -38,6 +38,23 @@ SYNC_CALLS = (
     "hipMemcpy",
 )
 BLOCKING_OPS = ("aten::item", "aten::_local_scalar_dense")
+# CPU operators whose work PyTorch splits over the intra-op threads: the GEMMs and
+# convolutions, forward and backward (oneDNN / the BLAS). Nested ones (aten::linear holds an
+# aten::addmm) are counted once: the share is the union of their intervals.
+PARALLEL_OPS = frozenset(
+    {
+        "aten::mm",
+        "aten::addmm",
+        "aten::bmm",
+        "aten::baddbmm",
+        "aten::addbmm",
+        "aten::mkldnn_convolution",
+        "aten::_slow_conv2d_forward",
+        "aten::_slow_conv2d_backward",
+        "aten::convolution_backward",
+        "aten::_scaled_dot_product_flash_attention_for_cpu",
+    }
+)
 ALLOCATOR_CALLS = ("cudaMalloc", "cudaFree", "hipMalloc", "hipFree")
 
 
@@ -176,7 +193,9 @@ def tensor_core_stats(trace: RankTrace) -> dict[str, float]:
 
 
 def cpu_op_stats(trace: RankTrace) -> dict[str, float]:
-    """CPU operators per profiled step and their median duration (µs): dispatch overhead.
+    """CPU operators per profiled step and their median duration (µs): dispatch overhead;
+    and the steps' share of time in GEMMs and convolutions (PARALLEL_OPS), what more intra-op
+    threads speed up.
 
     Operators that start inside a DataLoader `__next__` are the input pipeline's (a
     torchvision transform's per-sample ToTensor/Normalize in a `num_workers=0` loader: most of
@@ -186,7 +205,7 @@ def cpu_op_stats(trace: RankTrace) -> dict[str, float]:
     cpu = trace.cpu
     ops = cpu.cpu_class == CPU_OP
     if not trace.steps or not ops.any():
-        return {"ops_per_step": 0.0, "median_op_us": 0.0}
+        return {"ops_per_step": 0.0, "median_op_us": 0.0, "parallel_share": 0.0}
     first = min(s.ts for s in trace.steps)
     last = max(s.ts + s.dur for s in trace.steps)
     inside = ops & (cpu.ts >= first) & (cpu.ts < last)
@@ -197,9 +216,15 @@ def cpu_op_stats(trace: RankTrace) -> dict[str, float]:
         fetching = (span >= 0) & (cpu.ts < ends[np.maximum(span, 0)])
         inside &= ~fetching
     durations = cpu.dur[inside]
+    parallel_ids = [i for i, name in enumerate(trace.cpu_names) if name in PARALLEL_OPS]
+    parallel = inside & np.isin(cpu.name_id, parallel_ids)
+    steps_us = sum(s.dur for s in trace.steps)
+    parallel_us = union_length(cpu.ts[parallel], (cpu.ts + cpu.dur)[parallel])
     return {
         "ops_per_step": round(float(durations.size) / len(trace.steps), 1),
         "median_op_us": round(float(np.median(durations)), 3) if durations.size else 0.0,
+        # the profiled steps' share of time in operators that split over intra-op threads
+        "parallel_share": round(min(1.0, parallel_us / steps_us), 4) if steps_us > 0 else 0.0,
     }
 
 

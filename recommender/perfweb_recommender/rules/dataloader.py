@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 from typing import Any
 
@@ -9,6 +10,11 @@ from perfweb_recommender.evidence import RunEvidence
 from perfweb_recommender.rules.base import Evidence, Finding, Fix, counted, finding, rule
 from perfweb_recommender.rules.cpu_budget import WORKERS_CAP, CoreBudget, core_budget
 from perfweb_recommender.rules.cuda_only import cpu_only_run, pin_memory_without_gpu
+from perfweb_recommender.rules.loader_wait import (
+    IO_WORKER_BUSY_MAX,
+    IO_WORKERS_CAP,
+    IO_WORKERS_MARGIN,
+)
 from perfweb_recommender.rules.signals import (
     data_wait_share,
     loader_wait_fraction,
@@ -74,6 +80,7 @@ PINNED_SPEEDUP = 2.0  # pinned copies run ~2x faster than pageable ones (and can
 EPOCH_STALL_FACTOR = 5.0  # a step waiting > 5x the median data wait is a worker (re)spawn
 EPOCH_STALLS_MIN = 2  # stalls that must recur before we blame worker start-up
 MOSTLY_WAITING = 0.5  # a loop waiting this share of each step or more keeps its workers
+MIN_THREAD_SAMPLES = 5  # schedstat samples of the main thread needed to judge its loading
 
 
 @rule("dataloader.num_workers", risk="data-path")
@@ -133,17 +140,69 @@ def dataloader_num_workers(evidence: RunEvidence) -> Finding | None:
             # mostly waits on its workers, and fewer of them only make the wait longer (2
             # CPU-bound workers on 2 cores were told to use 1 on a busy CI host).
             target = max(target, workers)
+    loading = _main_thread_loading(evidence, measured) if workers == 0 else None
+    if loading is not None:
+        items.append(
+            Evidence(
+                "the main thread's CPU while it loads (run-queue wait included)",
+                loading,
+                "fraction",
+                "metrics (schedstat)",
+            )
+        )
+        if loading <= IO_WORKER_BUSY_MAX and budget is not None:
+            # The loading sleeps (storage, the network): workers that wait take almost no
+            # core, so enough of them to hide the wait, past the core count, within the CPU
+            # they would take together (dataloader.io_wait's rule for loaders with workers).
+            needed = math.ceil(measured / max(0.05, 1 - measured) * IO_WORKERS_MARGIN)
+            affordable = int(max(1, budget.per_rank - 1) / max(loading, 0.01))
+            target = max(target, min(needed, affordable, IO_WORKERS_CAP))
     if workers is not None:
         confidence = 0.9 if target > workers else 0.4
+    gain, basis = _workers_gain(measured, workers, target)
     return finding(
         "dataloader.num_workers",
         title=f"{measured:.0%} of each step waits for the DataLoader",
         confidence=confidence,
-        gain=measured * DATA_WAIT_RECOVERABLE,
-        basis=f"Amdahl on the measured wait share ({measured:.1%}), "
-        f"{DATA_WAIT_RECOVERABLE:.0%} assumed overlappable by workers",
+        gain=gain,
+        basis=basis,
         evidence=items,
         fix=_workers_fix(evidence, budget, target, workers),
+    )
+
+
+def _main_thread_loading(evidence: RunEvidence, wait: float) -> float | None:
+    """With no workers the main thread loads the batches itself: the share of that loading
+    it spends on a CPU or waiting for one (its schedstat share of the wall time, less the
+    compute of the rest of the step); low where the loading sleeps on I/O. None where the
+    agent did not sample the thread."""
+    ran = evidence.process_values("process.thread_cpu")
+    if len(ran) < MIN_THREAD_SAMPLES or wait <= 0:
+        return None
+    waited = evidence.process_values("process.run_queue_wait")
+    busy = (statistics.median(ran) + (statistics.median(waited) if waited else 0.0)) / 100.0
+    return min(1.0, max(0.0, busy - (1.0 - wait)) / wait)
+
+
+def _workers_gain(wait: float, workers: int | None, target: int) -> tuple[float, str]:
+    """The share of a step `target` workers recover, and how it was estimated.
+
+    In units of today's step: compute is 1 - wait. Loading one batch takes L: the whole wait
+    where the main process loads (0 workers), or `workers` steps where that many workers
+    already load in turn and the loop still waits on them. `target` workers load a batch
+    every L / target, so the step becomes max(compute, L / target), of which
+    DATA_WAIT_RECOVERABLE is assumed overlapped. Where the fix keeps the workers (cheaper
+    samples), the wait itself is what there is to recover."""
+    amdahl = f"Amdahl on the measured wait share ({wait:.1%})"
+    overlap = f"{DATA_WAIT_RECOVERABLE:.0%} assumed overlappable"
+    if workers is None or target <= workers:
+        return wait * DATA_WAIT_RECOVERABLE, f"{amdahl}, {overlap} by workers"
+    compute = 1.0 - wait
+    load = wait if workers == 0 else float(workers)
+    step = max(compute, load / target)
+    return (1.0 - step) * DATA_WAIT_RECOVERABLE, (
+        f"{amdahl}: {target} worker(s) load a batch in {load / target:.0%} of today's step, "
+        f"beside {compute:.0%} of compute; {overlap}"
     )
 
 
