@@ -146,12 +146,15 @@ def _served(**facts: object) -> RunEvidence:
     )
 
 
-def _replayed(case: str, ratio: float, share: float = 0.5) -> Replayed:
+def _replayed(
+    case: str, ratio: float, share: float = 0.5, spread: tuple[float, float] | None = None
+) -> Replayed:
+    low, high = spread or (ratio * 0.9, ratio * 1.1)
     return Replayed(
         case=case,
         ratio=ratio,
-        ratio_min=ratio * 0.9,
-        ratio_max=ratio * 1.1,
+        ratio_min=low,
+        ratio_max=high,
         pairs=5,
         a_us=100.0,
         b_us=100.0 * ratio,
@@ -189,35 +192,13 @@ def test_a_replay_whose_pairs_disagree_over_a_wide_spread_is_inconclusive() -> N
     """A busy host measured the autograd case 0.04-13.6x (bench/unseen_plants.py, p5): that
     measures the host. Such a case is dropped with a note, and its rule estimates as without a
     replay; a wide spread that agrees on the direction still counts."""
-    noisy = Replayed(
-        case="ops",
-        ratio=0.98,
-        ratio_min=0.04,
-        ratio_max=13.6,
-        pairs=7,
-        a_us=100.0,
-        b_us=98.0,
-        calls=10,
-        share=0.6,
-        threads=2,
-    )
+    noisy = _replayed("ops", 0.98, share=0.6, spread=(0.04, 13.6))
     steady = _replayed("linear", 0.3)
-    wide_but_faster = Replayed(
-        case="conv",
-        ratio=0.4,
-        ratio_min=0.1,
-        ratio_max=0.9,
-        pairs=7,
-        a_us=100.0,
-        b_us=40.0,
-        calls=10,
-        share=0.6,
-        threads=2,
-    )
+    wide_but_faster = _replayed("conv", 0.4, share=0.6, spread=(0.1, 0.9))
     kept, note = conclusive_only({"ops": noisy, "linear": steady, "conv": wide_but_faster})
     assert set(kept) == {"linear", "conv"}
     assert (
-        note == "replay inconclusive on this host for: ops (pair ratios 0.04-13.60x over 7 pairs)"
+        note == "replay inconclusive on this host for: ops (pair ratios 0.04-13.60x over 5 pairs)"
     )
     evidence = _served()
     evidence.replays = kept
