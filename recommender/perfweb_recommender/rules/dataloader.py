@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import statistics
 from typing import Any
 
@@ -10,11 +9,7 @@ from perfweb_recommender.evidence import RunEvidence
 from perfweb_recommender.rules.base import Evidence, Finding, Fix, counted, finding, rule
 from perfweb_recommender.rules.cpu_budget import WORKERS_CAP, CoreBudget, core_budget
 from perfweb_recommender.rules.cuda_only import cpu_only_run, pin_memory_without_gpu
-from perfweb_recommender.rules.loader_wait import (
-    IO_WORKER_BUSY_MAX,
-    IO_WORKERS_CAP,
-    IO_WORKERS_MARGIN,
-)
+from perfweb_recommender.rules.loader_wait import IO_WORKER_BUSY_MAX, sleeping_workers
 from perfweb_recommender.rules.signals import (
     data_wait_share,
     loader_wait_fraction,
@@ -151,12 +146,12 @@ def dataloader_num_workers(evidence: RunEvidence) -> Finding | None:
             )
         )
         if loading <= IO_WORKER_BUSY_MAX and budget is not None:
-            # The loading sleeps (storage, the network): workers that wait take almost no
-            # core, so enough of them to hide the wait, past the core count, within the CPU
-            # they would take together (dataloader.io_wait's rule for loaders with workers).
-            needed = math.ceil(measured / max(0.05, 1 - measured) * IO_WORKERS_MARGIN)
-            affordable = int(max(1, budget.per_rank - 1) / max(loading, 0.01))
-            target = max(target, min(needed, affordable, IO_WORKERS_CAP))
+            # The loading sleeps: workers that wait take almost no core, so enough of them
+            # to hide the wait, past the core count (as dataloader.io_wait proposes for a
+            # loader with workers); the main process loads a batch in `measured` steps.
+            target = sleeping_workers(
+                load=measured, wait=measured, busy=loading, cores=budget.per_rank, at_least=target
+            )
     if workers is not None:
         confidence = 0.9 if target > workers else 0.4
     gain, basis = _workers_gain(measured, workers, target)

@@ -47,6 +47,16 @@ IO_WORKERS_CAP = 16  # workers proposed at most (each holds a copy of the datase
 CHEAPER_SAMPLES_RECOVERED = 0.5  # prior: samples made twice as cheap recover half the wait
 
 
+def sleeping_workers(*, load: float, wait: float, busy: float, cores: int, at_least: int) -> int:
+    """Workers enough to hide the wait of a loader that sleeps (storage, the network): one
+    batch takes `load` of today's steps to load, the loop consumes one per (1 - wait) step,
+    and each worker computes `busy` of the time, so their CPU together stays within the
+    `cores` less the one the training process needs; `at_least` at the least."""
+    needed = math.ceil(load / max(0.05, 1 - wait) * IO_WORKERS_MARGIN)
+    affordable = int(max(1, cores - 1) / max(busy, 0.01))
+    return max(at_least, min(needed, affordable, IO_WORKERS_CAP))
+
+
 @dataclass(frozen=True)
 class LoaderCpu:
     """The loop's wait and its workers' CPU, in cores."""
@@ -172,12 +182,14 @@ def dataloader_io_wait(evidence: RunEvidence) -> Finding | None:
     cpu = loader_cpu(evidence)
     if cpu is None or not cpu.waiting_on_io:
         return None
-    # A worker delivers a batch per (workers x step) now; the loop consumes one per
-    # (1 - wait) x step: enough workers hide the wait. Their CPU together stays within the
-    # cores less the one the training process needs.
-    needed = cpu.workers / max(0.05, 1 - cpu.wait_share) * IO_WORKERS_MARGIN
-    affordable = int(max(1, cpu.usable_cores - 1) / max(cpu.worker_busy, 0.01))
-    target = max(cpu.workers + 1, min(math.ceil(needed), affordable, IO_WORKERS_CAP))
+    # A worker delivers a batch per (workers x step) now.
+    target = sleeping_workers(
+        load=cpu.workers,
+        wait=cpu.wait_share,
+        busy=cpu.worker_busy,
+        cores=cpu.usable_cores,
+        at_least=cpu.workers + 1,
+    )
     gain = cpu.wait_share * WAIT_RECOVERABLE
     return finding(
         "dataloader.io_wait",
