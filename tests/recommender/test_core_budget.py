@@ -172,14 +172,16 @@ def test_one_thread_of_two_cores_is_measured_from_the_traces_gemm_share(make_sum
     assert "cpu.threads_too_few" not in {f.id for f in tiny}  # 4%: its steps hardly split
 
 
-def _loading_run(*, wait: float, thread_cpu: float, workers: int = 0) -> RunEvidence:
+def _loading_run(
+    *, wait: float, thread_cpu: float, queued: float = 1.0, workers: int = 0
+) -> RunEvidence:
     """A loop on 2 cores waiting `wait` of each step on its loader, whose main thread ran
-    `thread_cpu` % of the wall time (schedstat)."""
+    `thread_cpu` % of the wall time and waited `queued` % on a run queue (schedstat)."""
     evidence = _run(cores=2, ranks=1, intra=1, workers=workers, wait=wait)
     times = [1000.0 + i for i in range(10)]
     evidence.series = [
         Series("process", "process.thread_cpu", times, [thread_cpu] * 10),
-        Series("process", "process.run_queue_wait", times, [1.0] * 10),
+        Series("process", "process.run_queue_wait", times, [queued] * 10),
     ]
     return evidence
 
@@ -199,6 +201,11 @@ def test_the_workers_gain_is_what_the_proposed_workers_can_hide() -> None:
     load, compute = 0.95 / 16, 0.05
     assert sleeping.estimated_gain == pytest.approx(0.9 * (1 - max(load, compute)))
     assert "16 worker(s) load a batch in 6% of today's step" in sleeping.gain_basis
+    # On a busy host each wake-up from the sleep waits for a core (40% of the wall time on a
+    # run queue, as a CI host with three test workers can): still a sleeping loader, whose
+    # workers would each take 9% of a core: 11 fit beside the training process.
+    busy = _workers_finding(_loading_run(wait=0.95, thread_cpu=9.0, queued=40.0))
+    assert busy.fix.knob == "num_workers=11"
     # A loader that computes (its thread runs all the time) gets the core budget's 1 worker,
     # and the gain of 1 worker beside 5% of compute: the compute it overlaps, no more.
     computing = _workers_finding(_loading_run(wait=0.95, thread_cpu=99.0))

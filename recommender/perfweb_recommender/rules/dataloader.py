@@ -9,7 +9,7 @@ from perfweb_recommender.evidence import RunEvidence
 from perfweb_recommender.rules.base import Evidence, Finding, Fix, counted, finding, rule
 from perfweb_recommender.rules.cpu_budget import WORKERS_CAP, CoreBudget, core_budget
 from perfweb_recommender.rules.cuda_only import cpu_only_run, pin_memory_without_gpu
-from perfweb_recommender.rules.loader_wait import IO_WORKER_BUSY_MAX, sleeping_workers
+from perfweb_recommender.rules.loader_wait import IO_RUNNABLE_MAX, sleeping_workers
 from perfweb_recommender.rules.signals import (
     data_wait_share,
     loader_wait_fraction,
@@ -137,20 +137,21 @@ def dataloader_num_workers(evidence: RunEvidence) -> Finding | None:
             target = max(target, workers)
     loading = _main_thread_loading(evidence, measured) if workers == 0 else None
     if loading is not None:
+        runnable, cpu = loading
         items.append(
             Evidence(
-                "the main thread's CPU while it loads (run-queue wait included)",
-                loading,
+                "the main thread runnable while it loads (running or waiting for a core)",
+                runnable,
                 "fraction",
                 "metrics (schedstat)",
             )
         )
-        if loading <= IO_WORKER_BUSY_MAX and budget is not None:
+        if runnable <= IO_RUNNABLE_MAX and budget is not None:
             # The loading sleeps: workers that wait take almost no core, so enough of them
             # to hide the wait, past the core count (as dataloader.io_wait proposes for a
             # loader with workers); the main process loads a batch in `measured` steps.
             target = sleeping_workers(
-                load=measured, wait=measured, busy=loading, cores=budget.per_rank, at_least=target
+                load=measured, wait=measured, busy=cpu, cores=budget.per_rank, at_least=target
             )
     if workers is not None:
         confidence = 0.9 if target > workers else 0.4
@@ -166,17 +167,22 @@ def dataloader_num_workers(evidence: RunEvidence) -> Finding | None:
     )
 
 
-def _main_thread_loading(evidence: RunEvidence, wait: float) -> float | None:
-    """With no workers the main thread loads the batches itself: the share of that loading
-    it spends on a CPU or waiting for one (its schedstat share of the wall time, less the
-    compute of the rest of the step); low where the loading sleeps on I/O. None where the
-    agent did not sample the thread."""
+def _main_thread_loading(evidence: RunEvidence, wait: float) -> tuple[float, float] | None:
+    """With no workers the main thread loads the batches itself: of that loading, the share
+    it was runnable (on a CPU or waiting for one: low where it sleeps on I/O, whatever the
+    host's load) and the share it ran (what a worker doing it would take of a core), from
+    its schedstat shares of the wall time less the rest of the step's. None where the agent
+    did not sample the thread."""
     ran = evidence.process_values("process.thread_cpu")
-    if len(ran) < MIN_THREAD_SAMPLES or wait <= 0:
-        return None
     waited = evidence.process_values("process.run_queue_wait")
-    busy = (statistics.median(ran) + (statistics.median(waited) if waited else 0.0)) / 100.0
-    return min(1.0, max(0.0, busy - (1.0 - wait)) / wait)
+    if len(ran) < MIN_THREAD_SAMPLES or len(waited) < MIN_THREAD_SAMPLES or wait <= 0:
+        return None
+    run, queue = statistics.median(ran) / 100.0, statistics.median(waited) / 100.0
+    compute = 1.0 - wait  # runnable throughout, queued as often as the rest
+    running = run / (run + queue) if run + queue > 0 else 1.0
+    runnable = min(1.0, max(0.0, run + queue - compute) / wait)
+    cpu = min(1.0, max(0.0, run - compute * running) / wait)
+    return runnable, cpu
 
 
 def _workers_gain(wait: float, workers: int | None, target: int) -> tuple[float, str]:
