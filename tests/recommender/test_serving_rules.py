@@ -132,17 +132,21 @@ def test_batching_gain_is_fitted_when_requests_of_several_sizes_were_seen() -> N
 
 
 def test_batching_gain_is_read_from_the_trace_of_batch_of_one_requests(make_summary) -> None:  # noqa: ANN001
+    def traced(top_level_us: float) -> list[Any]:
+        """A 5 ms traced span of 35 top-level operators taking `top_level_us` of it."""
+        return [
+            _cpu_trace(
+                make_summary,
+                top_level_ops=35.0,
+                top_level_us=top_level_us,
+                linear_us=2_000.0,
+                linear_calls=15.0,
+            )
+        ]
+
     evidence = _server()
     evidence.steps, evidence.series = _requests(latency_s=0.0001)
-    evidence.traces = [
-        _cpu_trace(
-            make_summary,
-            top_level_ops=35.0,
-            top_level_us=3_000.0,
-            linear_us=2_000.0,
-            linear_calls=15.0,
-        )
-    ]
+    evidence.traces = traced(3_000.0)
     found = inference_dynamic_batching(evidence)
     assert found is not None and found.gain_basis.startswith("measured: per-call cost")
     fixed = (1 - 3_000 / 5_000) + 7 * 5e-6 / 0.0001  # Python between operators + dispatch
@@ -150,15 +154,7 @@ def test_batching_gain_is_read_from_the_trace_of_batch_of_one_requests(make_summ
     assert "waits" in found.fix.text  # the latency side of the trade-off
     # Almost no Python between the operators: the estimate rests on the dispatch constant,
     # and says it is a prior (it never outranks a measurement).
-    evidence.traces = [
-        _cpu_trace(
-            make_summary,
-            top_level_ops=35.0,
-            top_level_us=4_950.0,
-            linear_us=2_000.0,
-            linear_calls=15.0,
-        )
-    ]
+    evidence.traces = traced(4_950.0)
     found = inference_dynamic_batching(evidence)
     assert found is not None and found.prior
     assert found.gain_basis.startswith("prior: per-call cost")
